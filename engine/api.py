@@ -1,0 +1,72 @@
+"""Opening an engine from Python: one call, the same service the CLI uses."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from types import TracebackType
+
+from engine.backends.sqlite import SqliteBackend
+from engine.commands import CommandRegistry, builtin_commands
+from engine.domain.clock import Clock, SystemClock
+from engine.runtime.daemon import DEFAULT_LEASE_TTL_MS, DaemonConfig, SchedulerDaemon
+from engine.service import ScheduleService
+
+DEFAULT_DB = "vortos.db"
+
+
+def default_node_id() -> str:
+    """host:pid, unique among the processes sharing a database."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Engine:
+    """A storage backend, a clock, the command allowlist and the service over them."""
+
+    def __init__(self, storage: SqliteBackend, clock: Clock, commands: CommandRegistry) -> None:
+        self.storage = storage
+        self.clock = clock
+        self.commands = commands
+        self.service = ScheduleService(storage, clock, commands)
+
+    def daemon(
+        self, *, node_id: str | None = None, lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
+    ) -> SchedulerDaemon:
+        return SchedulerDaemon(
+            self.storage,
+            self.clock,
+            DaemonConfig(node_id=node_id or default_node_id(), lease_ttl_ms=lease_ttl_ms),
+        )
+
+    def close(self) -> None:
+        self.storage.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_engine(
+    db: str | Path = DEFAULT_DB,
+    *,
+    clock: Clock | None = None,
+    commands: CommandRegistry | None = None,
+    create: bool = True,
+    readonly: bool = False,
+) -> Engine:
+    """Open (creating or upgrading if needed) the database at `db`.
+
+    >>> with open_engine("/tmp/example.db") as engine:  # doctest: +SKIP
+    ...     engine.service.list()
+    """
+    clock = clock or SystemClock()
+    storage = SqliteBackend(Path(db), clock, create=create, readonly=readonly)
+    return Engine(storage, clock, commands or builtin_commands())

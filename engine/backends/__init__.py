@@ -1,0 +1,1 @@
+"""Storage backends: the only place SQL lives, besides the schema files."""

@@ -1,0 +1,67 @@
+"""The embedded SQLite backend (apsw, WAL, BEGIN IMMEDIATE, one connection per thread)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from engine.backends.sqlite.changes import SqliteChangeFeed
+from engine.backends.sqlite.connection import (
+    SCHEMA_VERSION,
+    ConnectionPool,
+    prepare,
+    scalar,
+    storage_errors,
+)
+from engine.backends.sqlite.dispatch import SqliteDispatcher
+from engine.backends.sqlite.fire_queue import SqliteFireQueue
+from engine.backends.sqlite.lease import SqliteLease
+from engine.backends.sqlite.runs import SqliteRunLedger
+from engine.backends.sqlite.schedules import SqliteScheduleStore
+from engine.domain.clock import Clock
+
+
+class SqliteBackend:
+    """Every port, on one database file."""
+
+    def __init__(
+        self, path: str | Path, clock: Clock, *, create: bool = True, readonly: bool = False
+    ) -> None:
+        self.path = Path(path)
+        prepare(self.path, create=create and not readonly, write=not readonly)
+        self.pool = ConnectionPool(self.path, readonly=readonly)
+        self.readonly = readonly
+        self.leases = SqliteLease(self.pool, clock)
+        self.schedules = SqliteScheduleStore(self.pool)
+        self.runs = SqliteRunLedger(self.pool)
+        self.fire_queue = SqliteFireQueue(self.pool)
+        self.dispatcher = SqliteDispatcher(self.pool)
+        self.changes = SqliteChangeFeed(self.pool)
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the database for `vortos db info`."""
+        conn = self.pool.get()
+        with storage_errors(self.path):
+
+            def one(sql: str) -> Any:
+                return scalar(conn, sql)
+
+            return {
+                "backend": "sqlite",
+                "path": str(self.path.resolve()),
+                "schema_version": one("PRAGMA user_version"),
+                "supported_schema_version": SCHEMA_VERSION,
+                "sqlite_version": one("SELECT sqlite_version()"),
+                "journal_mode": one("PRAGMA journal_mode"),
+                "size_bytes": one("PRAGMA page_count") * one("PRAGMA page_size"),
+                "schedules": one("SELECT count(*) FROM schedules"),
+                "active_schedules": one("SELECT count(*) FROM schedules WHERE status = 'active'"),
+                "runs": one("SELECT count(*) FROM runs"),
+                "fire_queue_open": one(
+                    "SELECT count(*) FROM fire_queue "
+                    "WHERE completed_at IS NULL AND discarded_at IS NULL"
+                ),
+            }
+
+    def close(self) -> None:
+        self.pool.close()

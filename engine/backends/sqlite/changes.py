@@ -1,0 +1,43 @@
+"""Wake-ups on change: SQLite's data_version moves when another connection commits."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from engine.backends.sqlite.connection import (
+    ConnectionPool,
+    storage_errors,
+)
+
+# How often a sleeping leader looks at data_version: a read of shared memory, no disk I/O.
+_LOOK_EVERY_S = 0.025
+
+
+class SqliteChangeFeed:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._poke = threading.Event()
+        self._seen: dict[int, int] = {}
+
+    def wait(self, seconds: float) -> bool:
+        conn = self._pool.get()
+        me = threading.get_ident()
+        with storage_errors(self._pool.path):
+            if me not in self._seen:
+                self._seen[me] = conn.data_version()
+            deadline = time.monotonic() + max(0.0, seconds)
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if self._poke.wait(min(remaining, _LOOK_EVERY_S)):
+                    self._poke.clear()
+                    return True
+                version = conn.data_version()
+                if version != self._seen[me]:
+                    self._seen[me] = version
+                    return True
+
+    def notify(self) -> None:
+        self._poke.set()

@@ -1,0 +1,149 @@
+"""Rows to domain objects and back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engine.domain.run import Run, RunKind, RunState
+from engine.domain.schedule import (
+    MisfireKind,
+    MisfirePolicy,
+    OverlapPolicy,
+    Schedule,
+    ScheduleStatus,
+    canonical_json,
+)
+from engine.domain.triggers import trigger_from_spec
+
+SCHEDULE_COLUMNS = (
+    "id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, "
+    "jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, "
+    "created_at, updated_at"
+)
+
+RUN_COLUMNS = (
+    "id, tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, state, "
+    "dispatched_at, node_id, attempts, finished_at, error"
+)
+
+
+def misfire_json(policy: MisfirePolicy) -> str:
+    return canonical_json(
+        {
+            "kind": policy.kind.value,
+            "catch_up_cap": policy.catch_up_cap,
+            "max_age_ms": policy.max_age_ms,
+            "grace_ms": policy.grace_ms,
+        }
+    )
+
+
+def schedule_values(s: Schedule) -> tuple[Any, ...]:
+    """The row for SCHEDULE_COLUMNS, in order."""
+    return (
+        s.id,
+        s.tenant,
+        s.name,
+        s.trigger.kind,
+        canonical_json(s.trigger.to_spec()),
+        s.timezone,
+        s.command,
+        canonical_json(dict(s.payload)),
+        misfire_json(s.misfire),
+        s.overlap.value,
+        s.jitter_ms,
+        s.status.value,
+        int(s.sensitive),
+        canonical_json(dict(s.metadata)),
+        s.pause_note,
+        s.version,
+        s.next_slot_at,
+        s.next_fire_at,
+        s.created_at,
+        s.updated_at,
+    )
+
+
+def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
+    (
+        sid,
+        tenant,
+        name,
+        kind,
+        spec,
+        tz,
+        command,
+        payload,
+        misfire,
+        overlap,
+        jitter,
+        status,
+        sensitive,
+        metadata,
+        note,
+        version,
+        next_slot,
+        next_fire,
+        created,
+        updated,
+    ) = row
+    m = json.loads(misfire)
+    return Schedule(
+        id=sid,
+        tenant=tenant,
+        name=name,
+        trigger=trigger_from_spec(kind, json.loads(spec)),
+        timezone=tz,
+        command=command,
+        payload=json.loads(payload),
+        misfire=MisfirePolicy(
+            MisfireKind(m["kind"]), m["catch_up_cap"], m["max_age_ms"], m["grace_ms"]
+        ),
+        overlap=OverlapPolicy(overlap),
+        jitter_ms=jitter,
+        status=ScheduleStatus(status),
+        sensitive=bool(sensitive),
+        metadata=json.loads(metadata),
+        version=version,
+        next_slot_at=next_slot,
+        next_fire_at=next_fire,
+        created_at=created,
+        updated_at=updated,
+        pause_note=note,
+    )
+
+
+def run_from_row(row: tuple[Any, ...]) -> Run:
+    (
+        rid,
+        tenant,
+        sid,
+        sname,
+        key,
+        slot_at,
+        due_at,
+        kind,
+        state,
+        dispatched_at,
+        node,
+        attempts,
+        finished,
+        error,
+    ) = row
+    return Run(
+        id=rid,
+        tenant=tenant,
+        schedule_id=sid,
+        schedule_name=sname,
+        slot_key=key,
+        slot_at=slot_at,
+        due_at=due_at,
+        kind=RunKind(kind),
+        state=RunState(state),
+        dispatched_at=dispatched_at,
+        node_id=node,
+        attempts=attempts,
+        finished_at=finished,
+        error=error,
+    )

@@ -1,0 +1,276 @@
+"""Opening a SQLite database file safely: refuse what is not ours, create or upgrade what is.
+
+One apsw connection per thread (apsw connections must not be shared across threads while a
+statement runs). Writes always start with BEGIN IMMEDIATE: a deferred BEGIN that later needs the
+write lock can only fail, never wait, when another connection wrote meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from engine.domain.errors import StorageError, VortosError
+
+APPLICATION_ID = 0x566F7274  # "Vort"
+SCHEMA_VERSION = 1
+SQLITE_HEADER = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 5000
+CACHE_KIB = 64 * 1024
+
+# Upgrades from version N-1 to N, applied in order inside one transaction. Version 1 is
+# schema.sql itself; later versions add entries here and fold them into schema.sql.
+MIGRATIONS: dict[int, str] = {}
+
+
+def schema_sql() -> str:
+    """schema.sql: inside the wheel as engine/schema.sql, beside the package in a checkout."""
+    packaged = resources.files("engine").joinpath("schema.sql")
+    if packaged.is_file():
+        return packaged.read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parents[3] / "schema.sql").read_text(encoding="utf-8")
+
+
+def _refuse(path: Path, problem: str, remedy: str) -> StorageError:
+    return StorageError(f"cannot use database {path}: {problem}; {remedy}")
+
+
+def inspect_path(path: Path, *, create: bool) -> bool:
+    """Check the path before SQLite touches it. Returns True when the file exists already."""
+    if path.is_dir():
+        raise _refuse(path, "it is a directory", f"give a file path such as {path / 'vortos.db'}")
+    if not path.exists():
+        if not create:
+            raise StorageError(
+                f"no database at {path}: create it with `vortos db init --db {path}` "
+                "(or add a schedule, which creates it)"
+            )
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise _refuse(path, f"directory {parent} does not exist", "create it first")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise _refuse(
+                path,
+                f"directory {parent} is not writable",
+                "choose a writable location or fix its permissions",
+            )
+        return False
+    if not os.access(path, os.R_OK):
+        raise _refuse(path, "the file is not readable", "fix its permissions")
+    with path.open("rb") as handle:
+        header = handle.read(len(SQLITE_HEADER))
+    if header and header != SQLITE_HEADER:
+        raise _refuse(
+            path,
+            "it is not a SQLite database (wrong file header)",
+            "point --db at a Vortos database, or at a new file name",
+        )
+    return True
+
+
+def connect(path: Path, *, readonly: bool) -> apsw.Connection:
+    """A configured connection. Raises StorageError for anything SQLite refuses."""
+    flags = (
+        apsw.SQLITE_OPEN_READONLY
+        if readonly
+        else (apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+    )
+    try:
+        conn = apsw.Connection(str(path), flags=flags)
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        if not readonly:
+            conn.execute("PRAGMA synchronous = NORMAL")
+    except apsw.Error as exc:
+        raise translate(exc, path) from None
+    return conn
+
+
+def translate(exc: apsw.Error, path: Path) -> StorageError:
+    """Turn SQLite's complaint into an operator's message."""
+    if isinstance(exc, apsw.NotADBError):
+        return _refuse(path, "it is not a SQLite database", "point --db at a Vortos database")
+    if isinstance(exc, apsw.CorruptError):
+        return _refuse(path, "the file is corrupt", "restore it from a backup")
+    if isinstance(exc, apsw.BusyError | apsw.LockedError):
+        return StorageError(
+            f"database {path} is locked by another process for longer than "
+            f"{BUSY_TIMEOUT_MS // 1000}s; try again, or find the process holding it"
+        )
+    if isinstance(exc, apsw.ReadOnlyError):
+        return _refuse(
+            path,
+            "it is read-only here",
+            "use a writable location, or fix the file's and directory's permissions",
+        )
+    if isinstance(exc, apsw.CantOpenError):
+        return _refuse(
+            path,
+            "SQLite cannot open it (or its -wal/-shm files)",
+            "check that the file and its directory are readable and writable",
+        )
+    if isinstance(exc, apsw.FullError):
+        return _refuse(path, "the disk is full", "free some space")
+    return StorageError(f"database {path}: {exc}")
+
+
+Row = tuple[Any, ...]
+
+
+def rows(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> list[Row]:
+    """All rows of a query (typed loosely: SQLite values are dynamically typed)."""
+    return list(conn.execute(sql, args))
+
+
+def first(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> Row | None:
+    """The first row of a query, or None."""
+    row: Row | None = conn.execute(sql, args).fetchone()
+    return row
+
+
+def scalar(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> Any:
+    """The first column of the first row (None when there is no row)."""
+    row = first(conn, sql, args)
+    return None if row is None else row[0]
+
+
+@contextmanager
+def write_tx(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if not conn.get_autocommit():
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def prepare(path: Path, *, create: bool, write: bool) -> None:
+    """Make sure `path` holds a current Vortos schema: create, upgrade, or refuse.
+
+    Nothing is written to a file that turns out not to be ours.
+    """
+    existed = inspect_path(path, create=create)
+    conn = connect(path, readonly=not write and existed)
+    try:
+        if write and conn.readonly("main"):
+            raise _refuse(
+                path,
+                "it is read-only here",
+                "use a writable location, or fix the file's permissions",
+            )
+        app_id = scalar(conn, "PRAGMA application_id")
+        version = scalar(conn, "PRAGMA user_version")
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+        if app_id != APPLICATION_ID:
+            if tables or app_id != 0:
+                shown = ", ".join(sorted(tables)[:5]) or f"application id {app_id:#x}"
+                raise _refuse(
+                    path,
+                    f"it belongs to another application ({shown})",
+                    "Vortos will not touch it: point --db at another file",
+                )
+            if not write:
+                raise StorageError(f"database {path} is empty: run `vortos db init --db {path}`")
+            _create(conn)
+        elif version > SCHEMA_VERSION:
+            raise _refuse(
+                path,
+                f"its schema (version {version}) is newer than this Vortos "
+                f"understands ({SCHEMA_VERSION})",
+                "upgrade vortos",
+            )
+        elif version < SCHEMA_VERSION:
+            if not write:
+                raise StorageError(
+                    f"database {path} has schema version {version}; this Vortos needs "
+                    f"{SCHEMA_VERSION}: run `vortos db init --db {path}` to upgrade it in place"
+                )
+            upgrade(conn, version, MIGRATIONS, SCHEMA_VERSION)
+    except apsw.Error as exc:
+        raise translate(exc, path) from None
+    finally:
+        conn.close()
+
+
+def _create(conn: apsw.Connection) -> None:
+    conn.execute("PRAGMA journal_mode = WAL")
+    with write_tx(conn):
+        conn.execute(schema_sql())
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def upgrade(conn: apsw.Connection, current: int, migrations: dict[int, str], target: int) -> None:
+    """Apply migrations current+1 .. target in one transaction: all of them or none."""
+    missing = [v for v in range(current + 1, target + 1) if v not in migrations]
+    if missing:
+        raise StorageError(
+            f"no upgrade path from schema version {current} to {target} (missing {missing}); "
+            "restore a backup or recreate the database"
+        )
+    with write_tx(conn):
+        for version in range(current + 1, target + 1):
+            conn.execute(migrations[version])
+        conn.execute(f"PRAGMA user_version = {target}")
+
+
+class ConnectionPool:
+    """One connection per thread to one file, opened lazily and closed together."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        readonly: bool = False,
+        on_open: Callable[[apsw.Connection], None] | None = None,
+    ) -> None:
+        self.path = path
+        self.readonly = readonly
+        self._local = threading.local()
+        self._all: list[apsw.Connection] = []
+        self._lock = threading.Lock()
+        self._on_open = on_open
+
+    def get(self) -> apsw.Connection:
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = connect(self.path, readonly=self.readonly)
+            if self._on_open is not None:
+                self._on_open(conn)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()
+
+
+@contextmanager
+def storage_errors(path: Path) -> Iterator[None]:
+    """Translate SQLite errors raised inside the block into StorageError."""
+    try:
+        yield
+    except VortosError:
+        raise
+    except apsw.Error as exc:
+        raise translate(exc, path) from None

@@ -1,0 +1,155 @@
+"""Atomic, fenced dispatch of due slots: the engine's hot path.
+
+One BEGIN IMMEDIATE transaction per batch: the lease check, the due scan, the run and fire rows
+and the cursor moves commit together or not at all. Because SQLite has one writer at a time, the
+lease cannot change hands between the check and the commit.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from engine.backends.sqlite.codec import SCHEDULE_COLUMNS, schedule_from_row
+from engine.backends.sqlite.connection import (
+    ConnectionPool,
+    first,
+    rows,
+    storage_errors,
+    write_tx,
+)
+from engine.backends.sqlite.runs import INSERT_RUN
+from engine.domain.errors import LeaseExpired, LeaseNotOwned
+from engine.domain.misfire import due_at
+from engine.domain.run import RunKind
+from engine.domain.schedule import Schedule, canonical_json
+from engine.domain.slots import slot_key
+from engine.ports.dispatch import DispatchedFire, DispatchReport, Resolver
+
+_DUE = (
+    "SELECT id, version, next_slot_at FROM schedules "
+    "WHERE status = 'active' AND next_fire_at IS NOT NULL AND next_fire_at <= ? "
+    "ORDER BY next_fire_at LIMIT ?"
+)
+_INSERT_FIRE = (
+    "INSERT INTO fire_queue (run_id, tenant, schedule_id, slot_key, slot_at, command, payload, "
+    "available_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_ADVANCE = "UPDATE schedules SET next_slot_at = ?, next_fire_at = ? WHERE id = ?"
+# Decoded definitions of recently due schedules. Bounded: the daemon must not hold every
+# schedule in memory when a million are stored.
+_CACHE_SIZE = 20_000
+
+
+class SqliteDispatcher:
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+        self._definitions: OrderedDict[str, tuple[int, Schedule, str]] = OrderedDict()
+
+    def dispatch_due(
+        self,
+        *,
+        lease_key: str,
+        token: str,
+        node_id: str,
+        now_ms: int,
+        limit: int,
+        resolve: Resolver,
+    ) -> DispatchReport:
+        conn = self._pool.get()
+        report = DispatchReport()
+        with storage_errors(self._pool.path), write_tx(conn):
+            lease = first(conn, "SELECT token, expires_at FROM leases WHERE key = ?", (lease_key,))
+            if lease is None or lease[0] != token:
+                raise LeaseNotOwned(f"lease {lease_key} is not held by this node")
+            if lease[1] <= now_ms:
+                raise LeaseExpired(f"lease {lease_key} expired before dispatch")
+            due = rows(conn, _DUE, (now_ms, limit))
+            report.scanned = len(due)
+            advances: list[tuple[Any, ...]] = []
+            for sid, version, cursor in due:
+                schedule, payload = self._definition(sid, version)
+                plan = resolve(schedule, cursor)
+                report.plans[sid] = plan
+                report.skipped_missed += plan.skipped_missed
+                report.dropped_aged += plan.dropped_aged
+                for slot_at in plan.fire:
+                    key = slot_key(sid, slot_at, schedule.timezone)
+                    due_instant = due_at(sid, slot_at, schedule.timezone, schedule.jitter_ms)
+                    conn.execute(
+                        INSERT_RUN,
+                        (
+                            schedule.tenant,
+                            sid,
+                            schedule.name,
+                            key,
+                            slot_at,
+                            due_instant,
+                            RunKind.SCHEDULED.value,
+                            now_ms,
+                            node_id,
+                        ),
+                    )
+                    if conn.changes() == 0:
+                        report.already_dispatched += 1
+                        continue
+                    run_id = conn.last_insert_rowid()
+                    conn.execute(
+                        _INSERT_FIRE,
+                        (
+                            run_id,
+                            schedule.tenant,
+                            sid,
+                            key,
+                            slot_at,
+                            schedule.command,
+                            payload,
+                            slot_at,
+                            now_ms,
+                        ),
+                    )
+                    report.dispatched.append(
+                        DispatchedFire(
+                            schedule_id=sid,
+                            schedule_name=schedule.name,
+                            tenant=schedule.tenant,
+                            slot_key=key,
+                            slot_at=slot_at,
+                            due_at=due_instant,
+                            run_id=run_id,
+                        )
+                    )
+                advances.append((plan.next_slot_at, plan.next_fire_at, sid))
+            conn.executemany(_ADVANCE, advances)
+        return report
+
+    def next_due_at(self) -> int | None:
+        with storage_errors(self._pool.path):
+            row = (
+                self._pool.get()
+                .execute(
+                    "SELECT min(next_fire_at) FROM schedules "
+                    "WHERE status = 'active' AND next_fire_at IS NOT NULL"
+                )
+                .fetchall()
+            )
+        return None if row[0][0] is None else int(row[0][0])
+
+    def _definition(self, schedule_id: str, version: int) -> tuple[Schedule, str]:
+        cached = self._definitions.get(schedule_id)
+        if cached is not None and cached[0] == version:
+            self._definitions.move_to_end(schedule_id)
+            return cached[1], cached[2]
+        # Read inside the caller's transaction: the row was just returned by the due scan.
+        row = first(
+            self._pool.get(),
+            f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?",
+            (schedule_id,),
+        )
+        assert row is not None
+        schedule = schedule_from_row(row)
+        payload = canonical_json(dict(schedule.payload))
+        self._definitions[schedule_id] = (version, schedule, payload)
+        if len(self._definitions) > _CACHE_SIZE:
+            self._definitions.popitem(last=False)
+        return schedule, payload

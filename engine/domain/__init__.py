@@ -1,0 +1,1 @@
+"""The domain: schedules, triggers, slots, misfire rules and time. Pure: no I/O."""

@@ -1,0 +1,62 @@
+"""The engine's errors. Each carries the process exit code the CLI maps it to.
+
+Messages say what is wrong and what to do about it; they are shown to operators as they are.
+"""
+
+from __future__ import annotations
+
+
+class VortosError(Exception):
+    """Base of every error the engine raises on purpose."""
+
+    exit_code = 1
+
+
+class InvalidInput(VortosError):
+    """A user-supplied value (cron, zone, name, payload, duration, ...) is not acceptable."""
+
+    exit_code = 2
+
+
+class NotFound(VortosError):
+    """The named schedule, run or database does not exist."""
+
+    exit_code = 3
+
+
+class Conflict(VortosError):
+    """The change clashes with what is stored (a taken name, a stale version)."""
+
+    exit_code = 5
+
+
+class DuplicateName(Conflict):
+    """A schedule with this name already exists in the tenant."""
+
+
+class StaleVersion(Conflict):
+    """The schedule changed since it was read (optimistic lock)."""
+
+
+class DuplicateSlot(Conflict):
+    """The slot was already dispatched: the run ledger holds its key."""
+
+    def __init__(self, slot_key: str) -> None:
+        super().__init__(f"slot {slot_key} was already dispatched")
+        self.slot_key = slot_key
+
+
+class StorageError(VortosError):
+    """The database cannot be used as asked (missing, corrupt, foreign, newer, read-only)."""
+
+
+class LeaseError(VortosError):
+    """Base of lease failures."""
+
+
+class LeaseNotOwned(LeaseError):
+    """The caller's token does not hold the lease (never did, or someone else took it)."""
+
+
+class LeaseExpired(LeaseError):
+    """The caller held the lease but let it expire; it must acquire again."""

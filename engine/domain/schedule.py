@@ -1,0 +1,194 @@
+"""Schedules and the rules a schedule's definition must satisfy."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from engine.domain.errors import InvalidInput
+from engine.domain.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS, format_duration
+from engine.domain.triggers import Trigger
+
+NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
+NAME_MAX = 200
+META_KEY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+META_MAX_ENTRIES = 64
+META_KEY_MAX = 64
+META_VALUE_MAX = 1024
+PAYLOAD_MAX_BYTES = 64 * 1024
+NOTE_MAX = 1000
+JITTER_MAX_MS = HOUR_MS
+DEFAULT_TENANT = "default"
+
+
+class ScheduleStatus(StrEnum):
+    ACTIVE = "active"
+    PAUSED = "paused"
+    DISABLED = "disabled"
+
+
+class MisfireKind(StrEnum):
+    """What to do with slots that were missed (the engine was down or far behind)."""
+
+    SKIP = "skip"  # fire none of the missed slots
+    LATEST = "latest"  # fire only the newest missed slot
+    EACH = "each"  # fire every missed slot, oldest first, at most `catch_up_cap` of them
+
+
+class OverlapPolicy(StrEnum):
+    """What a new fire does while the schedule's previous run is still open (execution issue)."""
+
+    SKIP = "skip"
+    BUFFER_ONE = "buffer-one"
+    BUFFER_ALL = "buffer-all"
+    ALLOW = "allow"
+    CANCEL_OTHER = "cancel-other"
+
+
+@dataclass(frozen=True, slots=True)
+class MisfirePolicy:
+    """When a slot counts as missed, and what happens to missed slots.
+
+    A slot is on time while `now - due <= grace_ms`; on-time slots always fire. Slots older than
+    `max_age_ms` are dropped whatever the policy. `each` keeps the newest `catch_up_cap` missed
+    slots and fires them oldest first.
+    """
+
+    kind: MisfireKind = MisfireKind.LATEST
+    catch_up_cap: int = 100
+    max_age_ms: int = DAY_MS
+    grace_ms: int = MINUTE_MS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.catch_up_cap <= 10_000:
+            raise InvalidInput(f"catch-up cap {self.catch_up_cap} is out of range: use 1 to 10000")
+        if self.max_age_ms < SECOND_MS:
+            raise InvalidInput("maximum catch-up age must be at least 1s")
+        if self.grace_ms < 0:
+            raise InvalidInput("misfire grace must not be negative")
+
+
+def validate_name(name: str, *, what: str = "name") -> str:
+    """Names are lower-case words: letters, digits, '.', '_', '-', at most 200 characters."""
+    if len(name) > NAME_MAX:
+        raise InvalidInput(f"{what} is {len(name)} characters long: at most {NAME_MAX} are allowed")
+    if not NAME_PATTERN.fullmatch(name):
+        raise InvalidInput(
+            f"{what} {name!r} is not allowed: use lower-case letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (e.g. nightly-report)"
+        )
+    return name
+
+
+def parse_payload(text: str) -> dict[str, Any]:
+    """A payload as typed on the command line: a JSON object of at most 64 KiB."""
+    if len(text.encode()) > PAYLOAD_MAX_BYTES:
+        raise InvalidInput(
+            f"payload is {len(text.encode())} bytes: at most {PAYLOAD_MAX_BYTES} (64 KiB) allowed"
+        )
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"payload is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
+            """write a JSON object, e.g. '{"to": "ops@example.com"}'"""
+        ) from None
+    return validate_payload(value)
+
+
+def validate_payload(value: Any) -> dict[str, Any]:
+    """A payload must be a JSON object (commands take named arguments) of at most 64 KiB."""
+    if not isinstance(value, dict):
+        raise InvalidInput(
+            f"payload must be a JSON object, not {type(value).__name__}: e.g. '{{\"n\": 1}}'"
+        )
+    try:
+        encoded = canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"payload cannot be stored as JSON: {exc}") from None
+    if len(encoded.encode()) > PAYLOAD_MAX_BYTES:
+        raise InvalidInput(
+            f"payload is {len(encoded.encode())} bytes: at most {PAYLOAD_MAX_BYTES} (64 KiB)"
+        )
+    return value
+
+
+def validate_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
+    if len(metadata) > META_MAX_ENTRIES:
+        raise InvalidInput(f"at most {META_MAX_ENTRIES} metadata entries are allowed")
+    for key, value in metadata.items():
+        if len(key) > META_KEY_MAX or not META_KEY_PATTERN.fullmatch(key):
+            raise InvalidInput(
+                f"metadata key {key!r} is not allowed: letters, digits, '.', '_', '-', "
+                f"at most {META_KEY_MAX} characters"
+            )
+        if not isinstance(value, str) or len(value) > META_VALUE_MAX:
+            raise InvalidInput(
+                f"metadata value of {key!r} must be text of at most {META_VALUE_MAX} characters"
+            )
+    return dict(metadata)
+
+
+def validate_jitter(jitter_ms: int) -> int:
+    if not 0 <= jitter_ms <= JITTER_MAX_MS:
+        raise InvalidInput(f"jitter {format_duration(abs(jitter_ms))} is out of range: use 0 to 1h")
+    return jitter_ms
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no spaces: one spelling per value (used for storage and digests)."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """What a user asks for when creating a schedule; validated by `ScheduleService`."""
+
+    name: str
+    trigger: Trigger
+    command: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    timezone: str = "UTC"
+    tenant: str = DEFAULT_TENANT
+    misfire: MisfirePolicy = field(default_factory=MisfirePolicy)
+    overlap: OverlapPolicy = OverlapPolicy.SKIP
+    jitter_ms: int = 0
+    sensitive: bool = False
+    metadata: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A stored schedule.
+
+    `next_slot_at` is the cursor: the first slot not yet resolved. `next_fire_at` is when that
+    slot is due (its instant plus its jitter offset); the due scan reads it through an index.
+    Both are None once a trigger has no further slot. `version` counts definition changes only
+    (the cursor moves without bumping it, so editing never races the daemon).
+    """
+
+    id: str
+    tenant: str
+    name: str
+    trigger: Trigger
+    timezone: str
+    command: str
+    payload: Mapping[str, Any]
+    misfire: MisfirePolicy
+    overlap: OverlapPolicy
+    jitter_ms: int
+    status: ScheduleStatus
+    sensitive: bool
+    metadata: Mapping[str, str]
+    version: int
+    next_slot_at: int | None
+    next_fire_at: int | None
+    created_at: int
+    updated_at: int
+    pause_note: str | None = None

@@ -1,0 +1,248 @@
+"""Triggers: which instants are slots of a schedule.
+
+A cron trigger matches its fields against local wall-clock times in the schedule's zone and turns
+each matching wall time into instants under explicit DST rules:
+
+- a wall time the autumn transition repeats is fired at its first occurrence, its last, or both;
+- a wall time the spring transition skips is shifted forward by the length of the gap (02:30 in
+  Europe/Berlin becomes 03:30 CEST: the instant the clock would have shown 02:30 had it not
+  jumped), or skipped. A shifted slot that lands on an instant another wall time already names
+  (hourly crons: 02:00 shifted is 03:00) is one slot, fired once.
+
+An interval trigger measures elapsed time from its anchor and ignores wall clocks. A one-shot
+trigger has a single slot.
+"""
+
+from __future__ import annotations
+
+import calendar
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+from engine.domain.cron import CronSpec, parse_cron
+from engine.domain.errors import InvalidInput
+from engine.domain.timeutil import SECOND_MS, format_duration, iso_utc, to_ms, zone
+
+# The widest DST shift any zone has used is two hours; three leaves a margin.
+_TRANSITION_REACH = timedelta(hours=3)
+
+
+class RepeatedHour(StrEnum):
+    """What to do with a wall time that occurs twice (autumn transition)."""
+
+    FIRST = "first"
+    LAST = "last"
+    BOTH = "both"
+
+
+class MissingHour(StrEnum):
+    """What to do with a wall time that does not occur (spring transition)."""
+
+    SHIFT = "shift"
+    SKIP = "skip"
+
+
+class SlotNote(StrEnum):
+    """How a DST transition touched a slot; shown by `preview`."""
+
+    NONE = ""
+    REPEATED_FIRST = "repeated hour, 1st"
+    REPEATED_SECOND = "repeated hour, 2nd"
+    SHIFTED = "shifted by DST gap"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One slot of a trigger: its instant and, for cron, the wall time that named it."""
+
+    at_ms: int
+    note: SlotNote = SlotNote.NONE
+    wall: datetime | None = None
+
+
+class Trigger(Protocol):
+    """Yields a schedule's slots. Pure: no clock, no I/O."""
+
+    @property
+    def kind(self) -> str:
+        """'cron', 'interval' or 'once'."""
+        ...
+
+    def slot_after(self, after_ms: int, tz: str) -> Slot | None:
+        """The first slot strictly after `after_ms`, or None when there is none."""
+        ...
+
+    def to_spec(self) -> dict[str, Any]:
+        """A JSON-able description from which `trigger_from_spec` rebuilds the trigger."""
+        ...
+
+    def describe(self) -> str:
+        """A short human description."""
+        ...
+
+
+def next_after(trigger: Trigger, after_ms: int, tz: str) -> int | None:
+    """The instant of the first slot strictly after `after_ms`."""
+    slot = trigger.slot_after(after_ms, tz)
+    return None if slot is None else slot.at_ms
+
+
+@lru_cache(maxsize=4096)
+def _cached_spec(expression: str) -> CronSpec:
+    return parse_cron(expression)
+
+
+@dataclass(frozen=True, slots=True)
+class CronTrigger:
+    """A cron expression evaluated in the schedule's zone under explicit DST rules."""
+
+    expression: str
+    repeated: RepeatedHour = RepeatedHour.FIRST
+    missing: MissingHour = MissingHour.SHIFT
+    kind: str = field(default="cron", init=False)
+
+    def __post_init__(self) -> None:
+        spec = _cached_spec(self.expression)
+        object.__setattr__(self, "expression", spec.expression)
+
+    @property
+    def spec(self) -> CronSpec:
+        return _cached_spec(self.expression)
+
+    def slot_after(self, after_ms: int, tz: str) -> Slot | None:
+        local = zone(tz)
+        after = datetime.fromtimestamp(after_ms / 1000, UTC)
+        offset_now = _offset(after, local)
+        reach = abs(
+            _offset(after + _TRANSITION_REACH, local) - _offset(after - _TRANSITION_REACH, local)
+        )
+        offsets = [offset_now]
+        if reach:
+            # Near a transition, wall times before `after`'s own can map to later instants
+            # (a repeated hour's second pass, a shifted gap), and later walls to earlier ones.
+            offsets += [_offset(after - reach, local), _offset(after + reach, local)]
+        lowest, highest = min(offsets), max(offsets)
+        candidate: datetime | None = (after + lowest).replace(tzinfo=None)
+        best: Slot | None = None
+        spec = self.spec
+        while True:
+            assert candidate is not None
+            candidate = spec.next_wall(candidate)
+            if candidate is None:
+                return best
+            if best is not None and _as_utc_ms(candidate - highest) > best.at_ms:
+                return best
+            for slot in self._instants(candidate, local):
+                if slot.at_ms <= after_ms:
+                    continue
+                if best is None or slot.at_ms < best.at_ms:
+                    best = slot
+                elif slot.at_ms == best.at_ms and slot.note is SlotNote.NONE:
+                    best = slot  # a real wall time and a shifted one coincide: it is the real one
+            if best is not None and lowest == highest:
+                return best
+
+    def _instants(self, wall: datetime, local: ZoneInfo) -> list[Slot]:
+        first = wall.replace(tzinfo=local, fold=0)
+        second = wall.replace(tzinfo=local, fold=1)
+        if first.utcoffset() == second.utcoffset():
+            return [Slot(to_ms(first), SlotNote.NONE, wall)]
+        first_ms, second_ms = to_ms(first), to_ms(second)
+        exists = datetime.fromtimestamp(first_ms / 1000, local).replace(tzinfo=None) == wall
+        if exists:  # the wall time occurs twice; fold 0 is the earlier pass
+            if self.repeated is RepeatedHour.FIRST:
+                return [Slot(first_ms, SlotNote.REPEATED_FIRST, wall)]
+            if self.repeated is RepeatedHour.LAST:
+                return [Slot(second_ms, SlotNote.REPEATED_SECOND, wall)]
+            return [
+                Slot(first_ms, SlotNote.REPEATED_FIRST, wall),
+                Slot(second_ms, SlotNote.REPEATED_SECOND, wall),
+            ]
+        if self.missing is MissingHour.SKIP:
+            return []
+        # fold 0 reads a skipped wall time with the offset in force before the gap.
+        return [Slot(first_ms, SlotNote.SHIFTED, wall)]
+
+    def to_spec(self) -> dict[str, Any]:
+        return {
+            "cron": self.expression,
+            "dst_repeated": self.repeated.value,
+            "dst_missing": self.missing.value,
+        }
+
+    def describe(self) -> str:
+        return f"cron {self.expression}"
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalTrigger:
+    """Slots at `anchor + k * every` for k >= 0: elapsed time, whatever the wall clock does."""
+
+    every_ms: int
+    anchor_ms: int
+    kind: str = field(default="interval", init=False)
+
+    def __post_init__(self) -> None:
+        if self.every_ms < SECOND_MS:
+            raise InvalidInput(
+                f"interval {format_duration(self.every_ms) if self.every_ms > 0 else self.every_ms}"
+                " is too short: an interval must be at least 1s"
+            )
+        if self.every_ms % SECOND_MS:
+            raise InvalidInput("an interval must be a whole number of seconds (e.g. 90s, 2m)")
+
+    def slot_after(self, after_ms: int, tz: str) -> Slot | None:
+        if after_ms < self.anchor_ms:
+            return Slot(self.anchor_ms)
+        steps = (after_ms - self.anchor_ms) // self.every_ms + 1
+        return Slot(self.anchor_ms + steps * self.every_ms)
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"every_ms": self.every_ms, "anchor_ms": self.anchor_ms}
+
+    def describe(self) -> str:
+        return f"every {format_duration(self.every_ms)}"
+
+
+@dataclass(frozen=True, slots=True)
+class OneShotTrigger:
+    """A single slot at one instant."""
+
+    at_ms: int
+    kind: str = field(default="once", init=False)
+
+    def slot_after(self, after_ms: int, tz: str) -> Slot | None:
+        return Slot(self.at_ms) if self.at_ms > after_ms else None
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"at_ms": self.at_ms}
+
+    def describe(self) -> str:
+        return f"once at {iso_utc(self.at_ms)}"
+
+
+def trigger_from_spec(kind: str, spec: dict[str, Any]) -> Trigger:
+    """Rebuild a stored trigger."""
+    if kind == "cron":
+        return CronTrigger(
+            spec["cron"], RepeatedHour(spec["dst_repeated"]), MissingHour(spec["dst_missing"])
+        )
+    if kind == "interval":
+        return IntervalTrigger(int(spec["every_ms"]), int(spec["anchor_ms"]))
+    if kind == "once":
+        return OneShotTrigger(int(spec["at_ms"]))
+    raise InvalidInput(f"unknown trigger kind {kind!r}")
+
+
+def _offset(moment: datetime, local: ZoneInfo) -> timedelta:
+    offset = moment.astimezone(local).utcoffset()
+    assert offset is not None
+    return offset
+
+
+def _as_utc_ms(naive: datetime) -> int:
+    return calendar.timegm(naive.timetuple()) * 1000

@@ -1,0 +1,80 @@
+"""Atomic dispatch: the one write that turns due slots into runs and fires."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.domain.misfire import SlotPlan
+from engine.domain.schedule import Schedule
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchedFire:
+    schedule_id: str
+    schedule_name: str
+    tenant: str
+    slot_key: str
+    slot_at: int
+    due_at: int
+    run_id: int
+
+
+@dataclass(slots=True)
+class DispatchReport:
+    """What one dispatch transaction did."""
+
+    scanned: int = 0  # due schedules read
+    dispatched: list[DispatchedFire] = field(default_factory=list)
+    already_dispatched: int = 0
+    skipped_missed: int = 0
+    dropped_aged: int = 0
+    plans: dict[str, SlotPlan] = field(default_factory=dict)
+
+
+# Decides, without I/O, which slots of a due schedule fire now, given its cursor (the first
+# unresolved slot instant).
+Resolver = Callable[[Schedule, int], SlotPlan]
+
+
+class DispatchPort(Protocol):
+    """Dispatches due slots under the lease, all or nothing.
+
+    Contract (one transaction per call):
+    - First checks that `token` holds the live lease `lease_key`; if not, raises LeaseNotOwned or
+      LeaseExpired and writes nothing (fencing: a deposed leader cannot dispatch).
+    - Reads at most `limit` active schedules with `next_fire_at <= now_ms`, soonest first, through
+      an index (cost follows the number due, not the number stored).
+    - For each, asks `resolve(schedule, cursor)` for a plan; records a run (unique slot key) and a
+      fire for each planned slot, skipping slots whose key the ledger already holds; moves the
+      schedule's cursor to the plan's.
+    - A crash at any point leaves either all of it or none of it.
+    """
+
+    def dispatch_due(
+        self,
+        *,
+        lease_key: str,
+        token: str,
+        node_id: str,
+        now_ms: int,
+        limit: int,
+        resolve: Resolver,
+    ) -> DispatchReport: ...
+
+    def next_due_at(self) -> int | None:
+        """The earliest `next_fire_at` of any active schedule."""
+        ...
+
+
+class ChangeFeed(Protocol):
+    """Tells a sleeping daemon that another process or thread changed the database."""
+
+    def wait(self, seconds: float) -> bool:
+        """Block up to `seconds` (real time); True as soon as a change by someone else is seen."""
+        ...
+
+    def notify(self) -> None:
+        """Wake waiters in this process (a change made here)."""
+        ...

@@ -1,0 +1,1 @@
+"""Runtime loops: the scheduler daemon (and, with the execution issue, consumers)."""

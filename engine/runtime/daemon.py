@@ -1,0 +1,215 @@
+"""SchedulerDaemon: lead, scan, resolve, dispatch, sleep.
+
+Only the lease holder dispatches, and the dispatch transaction re-checks the lease token, so a
+deposed leader cannot write a fire. Standbys sleep until the holder's lease would expire (plus a
+node-seeded jitter, so several standbys do not stampede) and try again.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.domain.clock import Clock
+from engine.domain.errors import LeaseError, StorageError
+from engine.domain.misfire import SlotPlan, plan_slots
+from engine.domain.schedule import Schedule
+from engine.domain.timeutil import iso_utc
+from engine.ports.dispatch import DispatchReport
+from engine.ports.storage import Storage
+
+log = logging.getLogger("vortos.daemon")
+
+LEADER_LEASE = "scheduler:leader"
+DEFAULT_LEASE_TTL_MS = 15_000
+MIN_LEASE_TTL_MS = 1_000
+DEFAULT_BATCH = 1_000
+MAX_IDLE_MS = 60_000
+# No dispatch once this share of the TTL has passed without a successful renewal: the lease
+# may be about to pass to someone else.
+RENEWAL_GUARD = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonConfig:
+    node_id: str
+    lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
+    batch: int = DEFAULT_BATCH
+    lease_key: str = LEADER_LEASE
+
+
+class SchedulerDaemon:
+    """One node's scheduling loop. `step()` is one iteration, for tests on a manual clock."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        config: DaemonConfig,
+        on_dispatch: Callable[[DispatchReport], None] | None = None,
+    ) -> None:
+        if config.lease_ttl_ms < MIN_LEASE_TTL_MS:
+            raise ValueError("the lease TTL must be at least 1s")
+        self._storage = storage
+        self._clock = clock
+        self.config = config
+        self._token = secrets.token_hex(16)
+        self._on_dispatch = on_dispatch
+        self._stop = threading.Event()
+        self.leading = False
+        self._last_renewed = 0
+        # Standbys wake at the holder's expiry plus this, fixed per node, so they spread out.
+        spread = min(1000, config.lease_ttl_ms // 10)
+        self._standby_jitter_ms = zlib.crc32(config.node_id.encode()) % (spread + 1)
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    def step(self) -> float:
+        """Do what is due now; return how many seconds to wait before the next step."""
+        now = self._clock.now_ms()
+        ttl = self.config.lease_ttl_ms
+        if not self.leading:
+            return self._try_lead(now)
+        if now - self._last_renewed >= ttl // 3 and not self._renew(now):
+            return 0.0
+        if now - self._last_renewed >= ttl * RENEWAL_GUARD:
+            log.warning("lease renewal silent for %d ms: not dispatching", now - self._last_renewed)
+            return 0.1
+        try:
+            report = self._storage.dispatcher.dispatch_due(
+                lease_key=self.config.lease_key,
+                token=self._token,
+                node_id=self.config.node_id,
+                now_ms=now,
+                limit=self.config.batch,
+                resolve=self._resolver(now),
+            )
+        except LeaseError as exc:
+            self._lose(f"dispatch refused: {exc}")
+            return 0.0
+        self._report(report, now)
+        if report.scanned >= self.config.batch:
+            return 0.0  # more is due: go again at once
+        wake = now + MAX_IDLE_MS
+        next_due = self._storage.dispatcher.next_due_at()
+        if next_due is not None:
+            wake = min(wake, next_due)
+        wake = min(wake, self._last_renewed + ttl // 3)
+        return max(0.0, (wake - self._clock.now_ms()) / 1000)
+
+    def run(self) -> None:
+        """Loop until `stop()`; release the lease on the way out."""
+        backoff = 0.5
+        try:
+            while not self._stop.is_set():
+                try:
+                    delay = self.step()
+                    backoff = 0.5
+                except StorageError as exc:
+                    log.error("storage error: %s (retrying in %.1fs)", exc, backoff)
+                    delay, backoff = backoff, min(backoff * 2, 30.0)
+                if delay <= 0 or self._stop.is_set():
+                    continue
+                if self.leading:
+                    # A change by another process may bring a slot forward: wake for it.
+                    self._storage.changes.wait(delay)
+                else:
+                    self._clock.wait(self._stop, delay)
+        finally:
+            self.release()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._storage.changes.notify()
+
+    def release(self) -> None:
+        if not self.leading:
+            return
+        self.leading = False
+        try:
+            self._storage.leases.release(self.config.lease_key, self._token)
+            log.info("%s released the lease", self.config.node_id)
+        except (LeaseError, StorageError) as exc:
+            log.warning("could not release the lease: %s", exc)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _try_lead(self, now: int) -> float:
+        ttl = self.config.lease_ttl_ms
+        lease = self._storage.leases.acquire(
+            self.config.lease_key, self._token, self.config.node_id, ttl
+        )
+        if lease is not None:
+            self.leading = True
+            self._last_renewed = lease.renewed_at
+            log.info(
+                "%s leads (lease %s, ttl %d ms)", self.config.node_id, self.config.lease_key, ttl
+            )
+            return 0.0
+        holder = self._storage.leases.current(self.config.lease_key)
+        wait_ms = ttl // 2 if holder is None else min(ttl // 2, holder.expires_at - now)
+        return max(0, wait_ms + self._standby_jitter_ms) / 1000
+
+    def _renew(self, now: int) -> bool:
+        try:
+            lease = self._storage.leases.renew(
+                self.config.lease_key, self._token, self.config.lease_ttl_ms
+            )
+        except LeaseError as exc:
+            self._lose(f"renewal refused: {exc}")
+            return False
+        except StorageError as exc:
+            # Keep trying until the guard stops dispatch; the lease may still be ours.
+            log.warning("lease renewal failed: %s", exc)
+            return True
+        self._last_renewed = lease.renewed_at if lease.renewed_at else now
+        return True
+
+    def _lose(self, why: str) -> None:
+        if self.leading:
+            log.warning("%s lost the lease: %s", self.config.node_id, why)
+        self.leading = False
+        self._token = secrets.token_hex(16)
+
+    def _resolver(self, now: int) -> Callable[[Schedule, int], SlotPlan]:
+        def resolve(schedule: Schedule, cursor: int) -> SlotPlan:
+            return plan_slots(
+                schedule_id=schedule.id,
+                trigger=schedule.trigger,
+                tz=schedule.timezone,
+                cursor_ms=cursor,
+                now_ms=now,
+                policy=schedule.misfire,
+                jitter_ms=schedule.jitter_ms,
+            )
+
+        return resolve
+
+    def _report(self, report: DispatchReport, now: int) -> None:
+        if log.isEnabledFor(logging.INFO):
+            for fire in report.dispatched:
+                log.info(
+                    "fired %s/%s slot %s late %d ms (run %d)",
+                    fire.tenant,
+                    fire.schedule_name,
+                    iso_utc(fire.slot_at),
+                    max(0, now - fire.due_at),
+                    fire.run_id,
+                )
+        for sid, plan in report.plans.items():
+            if plan.skipped_missed or plan.dropped_aged:
+                log.warning(
+                    "schedule %s: %d missed slot(s) not fired by its misfire policy, "
+                    "%d older than its maximum catch-up age dropped",
+                    sid,
+                    plan.skipped_missed,
+                    plan.dropped_aged,
+                )
+        if self._on_dispatch is not None:
+            self._on_dispatch(report)

@@ -1,0 +1,257 @@
+"""ScheduleService: the only way anything changes a schedule.
+
+The CLI, the console and Python callers all come through here, so validation happens once, at
+the boundary, before anything is stored. Policy, four-eyes and audit join this path with the
+governance issue.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, replace
+
+from engine.commands import CommandRegistry
+from engine.domain.clock import Clock
+from engine.domain.errors import InvalidInput, NotFound, StaleVersion
+from engine.domain.misfire import due_at
+from engine.domain.run import Run
+from engine.domain.schedule import (
+    DEFAULT_TENANT,
+    NOTE_MAX,
+    Schedule,
+    ScheduleSpec,
+    ScheduleStatus,
+    validate_jitter,
+    validate_metadata,
+    validate_name,
+    validate_payload,
+)
+from engine.domain.slots import slot_key
+from engine.domain.timeutil import iso_local, iso_utc, zone
+from engine.domain.triggers import CronTrigger, OneShotTrigger, SlotNote, Trigger
+from engine.ports.runs import RunQuery
+from engine.ports.schedules import ScheduleQuery
+from engine.ports.storage import Storage
+
+log = logging.getLogger("vortos.service")
+
+PREVIEW_MAX = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewSlot:
+    """One upcoming slot as `preview` shows it."""
+
+    at_ms: int
+    due_ms: int
+    local: str
+    utc: str
+    slot_key: str
+    note: SlotNote
+
+
+class ScheduleService:
+    def __init__(self, storage: Storage, clock: Clock, commands: CommandRegistry) -> None:
+        self._storage = storage
+        self._clock = clock
+        self.commands = commands
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get(self, name: str, *, tenant: str = DEFAULT_TENANT) -> Schedule:
+        schedule = self._storage.schedules.find_by_name(tenant, name)
+        if schedule is None:
+            raise NotFound(
+                f"no schedule named {name!r} in tenant {tenant!r}: `vortos schedule list` "
+                "shows what exists"
+            )
+        return schedule
+
+    def schedules(
+        self,
+        *,
+        tenant: str | None = None,
+        status: ScheduleStatus | None = None,
+        limit: int = 1000,
+        offset: int = 0,
+    ) -> list[Schedule]:
+        return self._storage.schedules.query(
+            ScheduleQuery(tenant=tenant, status=status, limit=limit, offset=offset)
+        )
+
+    def runs(self, query: RunQuery) -> list[Run]:
+        return self._storage.runs.query(query)
+
+    def preview(
+        self,
+        name: str,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        count: int = 10,
+        after_ms: int | None = None,
+    ) -> list[PreviewSlot]:
+        """The next `count` slots after `after_ms` (default: now), marking DST effects."""
+        if not 1 <= count <= PREVIEW_MAX:
+            raise InvalidInput(f"count {count} is out of range: use 1 to {PREVIEW_MAX}")
+        schedule = self.get(name, tenant=tenant)
+        cursor = (self._clock.now_ms() if after_ms is None else after_ms) - 1
+        slots: list[PreviewSlot] = []
+        while len(slots) < count:
+            slot = schedule.trigger.slot_after(cursor, schedule.timezone)
+            if slot is None:
+                break
+            cursor = slot.at_ms
+            slots.append(
+                PreviewSlot(
+                    at_ms=slot.at_ms,
+                    due_ms=due_at(schedule.id, slot.at_ms, schedule.timezone, schedule.jitter_ms),
+                    local=iso_local(slot.at_ms, schedule.timezone),
+                    utc=iso_utc(slot.at_ms),
+                    slot_key=slot_key(schedule.id, slot.at_ms, schedule.timezone),
+                    note=slot.note,
+                )
+            )
+        return slots
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def create(self, spec: ScheduleSpec, *, actor: str) -> Schedule:
+        """Validate and store a new schedule, active, its cursor at the first slot from now."""
+        validate_name(spec.name)
+        validate_name(spec.tenant, what="tenant")
+        zone(spec.timezone)
+        self.commands.get(spec.command)
+        payload = validate_payload(dict(spec.payload))
+        metadata = validate_metadata(spec.metadata)
+        validate_jitter(spec.jitter_ms)
+        now = self._clock.now_ms()
+        schedule_id = uuid.uuid4().hex
+        first = self._first_slot(spec.trigger, spec.timezone, now)
+        schedule = Schedule(
+            id=schedule_id,
+            tenant=spec.tenant,
+            name=spec.name,
+            trigger=spec.trigger,
+            timezone=spec.timezone,
+            command=spec.command,
+            payload=payload,
+            misfire=spec.misfire,
+            overlap=spec.overlap,
+            jitter_ms=spec.jitter_ms,
+            status=ScheduleStatus.ACTIVE,
+            sensitive=spec.sensitive,
+            metadata=metadata,
+            version=1,
+            next_slot_at=first,
+            next_fire_at=due_at(schedule_id, first, spec.timezone, spec.jitter_ms),
+            created_at=now,
+            updated_at=now,
+        )
+        self._storage.schedules.insert(schedule)
+        log.info(
+            "schedule %s/%s created by %s (%s, %s)",
+            spec.tenant,
+            spec.name,
+            actor,
+            spec.trigger.describe(),
+            spec.timezone,
+        )
+        return schedule
+
+    def pause(
+        self,
+        name: str,
+        *,
+        actor: str,
+        tenant: str = DEFAULT_TENANT,
+        note: str | None = None,
+        expected_version: int | None = None,
+    ) -> Schedule:
+        """Stop dispatching. Pausing a paused schedule changes nothing."""
+        if note is not None and len(note) > NOTE_MAX:
+            raise InvalidInput(f"the note is {len(note)} characters: at most {NOTE_MAX}")
+        schedule = self._current(name, tenant, expected_version)
+        if schedule.status is ScheduleStatus.PAUSED:
+            return schedule
+        changed = replace(
+            schedule,
+            status=ScheduleStatus.PAUSED,
+            pause_note=note,
+            version=schedule.version + 1,
+            updated_at=self._clock.now_ms(),
+        )
+        self._storage.schedules.update(changed, schedule.version)
+        log.info("schedule %s/%s paused by %s%s", tenant, name, actor, f": {note}" if note else "")
+        return changed
+
+    def resume(
+        self,
+        name: str,
+        *,
+        actor: str,
+        tenant: str = DEFAULT_TENANT,
+        expected_version: int | None = None,
+    ) -> Schedule:
+        """Dispatch again from the next slot after now: slots missed while paused do not fire."""
+        schedule = self._current(name, tenant, expected_version)
+        if schedule.status is ScheduleStatus.ACTIVE:
+            return schedule
+        now = self._clock.now_ms()
+        first = schedule.trigger.slot_after(now - 1, schedule.timezone)
+        next_slot = None if first is None else first.at_ms
+        changed = replace(
+            schedule,
+            status=ScheduleStatus.ACTIVE,
+            pause_note=None,
+            version=schedule.version + 1,
+            updated_at=now,
+            next_slot_at=next_slot,
+            next_fire_at=None
+            if next_slot is None
+            else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
+        )
+        self._storage.schedules.update(changed, schedule.version)
+        log.info("schedule %s/%s resumed by %s", tenant, name, actor)
+        return changed
+
+    def delete(
+        self,
+        name: str,
+        *,
+        actor: str,
+        tenant: str = DEFAULT_TENANT,
+        expected_version: int | None = None,
+    ) -> Schedule:
+        """Remove the schedule; its runs stay in the ledger."""
+        schedule = self._current(name, tenant, expected_version)
+        self._storage.schedules.delete(schedule.id, tenant, schedule.version)
+        log.info("schedule %s/%s deleted by %s", tenant, name, actor)
+        return schedule
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _current(self, name: str, tenant: str, expected_version: int | None) -> Schedule:
+        schedule = self.get(name, tenant=tenant)
+        if expected_version is not None and schedule.version != expected_version:
+            raise StaleVersion(
+                f"schedule {name!r} changed since it was read (version {expected_version}, now "
+                f"{schedule.version}): read it again and retry"
+            )
+        return schedule
+
+    @staticmethod
+    def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
+        slot = trigger.slot_after(now - 1, tz)
+        if slot is None:
+            if isinstance(trigger, OneShotTrigger):
+                raise InvalidInput(
+                    f"the instant {iso_utc(trigger.at_ms)} is in the past: give a future one"
+                )
+            if isinstance(trigger, CronTrigger):
+                raise InvalidInput(
+                    f"cron {trigger.expression!r} never matches a date (e.g. 31 February): "
+                    "check the day and month fields"
+                )
+            raise InvalidInput("the trigger has no future slot")
+        return slot.at_ms

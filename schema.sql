@@ -1,0 +1,91 @@
+-- Vortos embedded schema (SQLite). The engine applies it to a new file and stamps
+-- PRAGMA application_id (0x566F7274, "Vort") and PRAGMA user_version (the schema version).
+-- Instants are integer milliseconds since the Unix epoch, UTC.
+
+CREATE TABLE vortos_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE schedules (
+    id           TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    trigger_kind TEXT NOT NULL CHECK (trigger_kind IN ('cron', 'interval', 'once')),
+    trigger_spec TEXT NOT NULL,                 -- JSON, see engine.domain.triggers
+    timezone     TEXT NOT NULL,                 -- IANA name
+    command      TEXT NOT NULL,
+    payload      TEXT NOT NULL,                 -- canonical JSON object
+    misfire      TEXT NOT NULL,                 -- JSON {kind, catch_up_cap, max_age_ms, grace_ms}
+    overlap      TEXT NOT NULL,
+    jitter_ms    INTEGER NOT NULL DEFAULT 0,
+    status       TEXT NOT NULL CHECK (status IN ('active', 'paused', 'disabled')),
+    sensitive    INTEGER NOT NULL DEFAULT 0,
+    metadata     TEXT NOT NULL DEFAULT '{}',
+    pause_note   TEXT,
+    version      INTEGER NOT NULL,              -- optimistic lock on the definition
+    next_slot_at INTEGER,                       -- cursor: first slot not yet resolved
+    next_fire_at INTEGER,                       -- when that slot is due (slot + jitter)
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL,
+    UNIQUE (tenant, name)
+);
+
+-- The due scan reads only this index: its cost follows the number due, not the number stored.
+CREATE INDEX schedules_due ON schedules (next_fire_at)
+    WHERE status = 'active' AND next_fire_at IS NOT NULL;
+
+CREATE TABLE runs (
+    id            INTEGER PRIMARY KEY,
+    tenant        TEXT NOT NULL,
+    schedule_id   TEXT NOT NULL,
+    schedule_name TEXT NOT NULL,
+    slot_key      TEXT NOT NULL,
+    slot_at       INTEGER NOT NULL,
+    due_at        INTEGER NOT NULL,
+    kind          TEXT NOT NULL CHECK (kind IN ('scheduled', 'manual', 'backfill')),
+    state         TEXT NOT NULL CHECK (state IN ('dispatched', 'running', 'completed', 'failed',
+                                                 'dead_lettered', 'skipped', 'cancelled')),
+    dispatched_at INTEGER NOT NULL,
+    node_id       TEXT NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    finished_at   INTEGER,
+    error         TEXT,
+    -- The slot key alone decides "already dispatched".
+    UNIQUE (tenant, slot_key)
+);
+
+CREATE INDEX runs_by_schedule ON runs (schedule_id, slot_at);
+CREATE INDEX runs_by_slot_at ON runs (slot_at);
+
+CREATE TABLE fire_queue (
+    id            INTEGER PRIMARY KEY,
+    run_id        INTEGER NOT NULL UNIQUE REFERENCES runs (id),
+    tenant        TEXT NOT NULL,
+    schedule_id   TEXT NOT NULL,
+    slot_key      TEXT NOT NULL,
+    slot_at       INTEGER NOT NULL,
+    command       TEXT NOT NULL,
+    payload       TEXT NOT NULL,
+    available_at  INTEGER NOT NULL,
+    created_at    INTEGER NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    lease_token   TEXT,
+    consumed_till INTEGER,
+    consumed_by   TEXT,
+    completed_at  INTEGER,
+    discarded_at  INTEGER,
+    last_error    TEXT
+);
+
+CREATE INDEX fire_queue_open ON fire_queue (available_at)
+    WHERE completed_at IS NULL AND discarded_at IS NULL;
+
+CREATE TABLE leases (
+    key         TEXT PRIMARY KEY,
+    token       TEXT NOT NULL,
+    holder      TEXT NOT NULL,
+    acquired_at INTEGER NOT NULL,
+    renewed_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -1,0 +1,65 @@
+"""How the CLI speaks: Rich tables for people, JSON for scripts, errors on stderr."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+
+from engine.domain.errors import VortosError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+stdout = Console(highlight=False, soft_wrap=False)
+stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+log = logging.getLogger("vortos.cli")
+
+
+def emit_json(value: Any) -> None:
+    """Only JSON goes to stdout under --json, so `| jq` always works."""
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def say(message: str) -> None:
+    """A message for a person: stderr, so stdout stays clean for data."""
+    stderr.print(message, markup=False)
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    stderr.print(f"error: {message}", style="bold red", markup=False)
+    return typer.Exit(code)
+
+
+def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn engine errors into one line on stderr and the documented exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except VortosError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort):
+            raise
+        except Exception as exc:
+            if os.environ.get("VORTOS_DEBUG"):
+                raise
+            raise fail(
+                f"unexpected {type(exc).__name__}: {exc} (this is a bug; re-run with "
+                "VORTOS_DEBUG=1 for the traceback and report it)",
+                1,
+            ) from None
+
+    return wrapper

@@ -1,0 +1,58 @@
+"""`vortos runs ...`: the run ledger."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from engine import RunState
+from engine.domain.schedule import DEFAULT_TENANT
+from engine.domain.timeutil import parse_instant
+from engine.ports import RunQuery
+from vortos_tui.cli.context import open_for_read
+from vortos_tui.cli.output import emit_json, handles_errors, say, stdout
+from vortos_tui.cli.views import run_json, runs_table
+
+app = typer.Typer(help="Read the run ledger.", no_args_is_help=True)
+
+
+@app.command("list")
+@handles_errors
+def list_(
+    ctx: typer.Context,
+    schedule: Annotated[str | None, typer.Option("--schedule", help="Only this schedule.")] = None,
+    state: Annotated[
+        RunState | None, typer.Option("--state", help="Only runs in this state.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option("--since", help="Only slots at or after this instant (ISO 8601).")
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="Only this tenant (with --schedule: the schedule's tenant)."),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100_000)] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
+) -> None:
+    """Runs, newest slot first."""
+    since_ms = None if since is None else parse_instant(since)
+    with open_for_read(ctx) as engine:
+        schedule_id = None
+        if schedule is not None:
+            schedule_id = engine.service.get(schedule, tenant=tenant or DEFAULT_TENANT).id
+        runs = engine.service.runs(
+            RunQuery(
+                tenant=tenant,
+                schedule_id=schedule_id,
+                state=state,
+                since_ms=since_ms,
+                limit=limit,
+            )
+        )
+        if as_json:
+            emit_json([run_json(r) for r in runs])
+        elif not runs:
+            say("no runs match")
+        else:
+            stdout.print(runs_table(runs))

@@ -1,0 +1,296 @@
+"""`vortos schedule ...`: define and manage schedules."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from engine import (
+    CronTrigger,
+    IntervalTrigger,
+    MisfireKind,
+    MisfirePolicy,
+    MissingHour,
+    OneShotTrigger,
+    OverlapPolicy,
+    RepeatedHour,
+    ScheduleSpec,
+    ScheduleStatus,
+    Trigger,
+)
+from engine.domain.errors import InvalidInput
+from engine.domain.schedule import DEFAULT_TENANT, parse_payload, validate_name
+from engine.domain.timeutil import DAY_MS, parse_duration, parse_instant
+from vortos_tui.cli.context import open_for_read, open_for_write, operator
+from vortos_tui.cli.output import emit_json, handles_errors, say, stdout
+from vortos_tui.cli.views import (
+    preview_json,
+    preview_table,
+    schedule_json,
+    schedule_table,
+    schedules_table,
+)
+
+app = typer.Typer(help="Define and manage schedules.", no_args_is_help=True)
+
+Tenant = Annotated[str, typer.Option("--tenant", help="Tenant the schedule belongs to.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON only (messages go to stderr).")]
+Name = Annotated[str, typer.Argument(help="The schedule's name.", show_default=False)]
+
+
+def build_trigger(
+    *,
+    cron: str | None,
+    every: str | None,
+    at: str | None,
+    start: str | None,
+    tz: str,
+    repeated: RepeatedHour | None,
+    missing: MissingHour | None,
+    now_ms: int,
+) -> Trigger:
+    chosen = [
+        flag
+        for flag, value in (("--cron", cron), ("--every", every), ("--at", at))
+        if value is not None
+    ]
+    if len(chosen) != 1:
+        raise InvalidInput(
+            "give exactly one of --cron EXPR, --every DURATION or --at INSTANT"
+            + (f" (got {', '.join(chosen)})" if chosen else "")
+        )
+    if (repeated or missing) and cron is None:
+        raise InvalidInput("--dst-repeated and --dst-missing apply only to --cron schedules")
+    if start is not None and every is None:
+        raise InvalidInput("--start applies only to --every schedules")
+    if cron is not None:
+        return CronTrigger(cron, repeated or RepeatedHour.FIRST, missing or MissingHour.SHIFT)
+    if every is not None:
+        if every.strip().startswith("-"):
+            raise InvalidInput(f"interval {every!r} is negative: give a positive duration")
+        period = parse_duration(every, what="interval")
+        if period <= 0:
+            raise InvalidInput(f"interval {every!r} is zero: give at least 1s")
+        # Without --start the first slot is one period from now, on a whole second.
+        anchor = parse_instant(start, tz) if start else (now_ms // 1000) * 1000 + period
+        return IntervalTrigger(period, anchor)
+    assert at is not None
+    return OneShotTrigger(parse_instant(at, tz))
+
+
+def parse_meta(pairs: list[str]) -> dict[str, str]:
+    meta: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"--meta {pair!r} is not KEY=VALUE")
+        meta[key] = value
+    return meta
+
+
+@app.command("add")
+@handles_errors
+def add(
+    ctx: typer.Context,
+    name: Name,
+    command: Annotated[
+        str, typer.Option("--command", help="Registered command to run.", show_default=False)
+    ],
+    cron: Annotated[
+        str | None, typer.Option("--cron", help="Cron: 5 fields, or 6 with seconds first.")
+    ] = None,
+    every: Annotated[
+        str | None, typer.Option("--every", help="Fixed interval: 90, 30s, 5m, 1h (at least 1s).")
+    ] = None,
+    at: Annotated[str | None, typer.Option("--at", help="One-shot instant (ISO 8601).")] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--start", help="First slot of an --every schedule (default: one interval from now)."
+        ),
+    ] = None,
+    payload: Annotated[str, typer.Option("--payload", help="JSON object for the command.")] = "{}",
+    tz: Annotated[str, typer.Option("--tz", help="IANA time zone of the trigger.")] = "UTC",
+    misfire: Annotated[
+        MisfireKind,
+        typer.Option("--misfire", help="Missed slots: skip, latest (fire once) or each."),
+    ] = MisfireKind.LATEST,
+    catch_up_cap: Annotated[
+        int | None,
+        typer.Option(
+            "--catch-up-cap", help="With --misfire each: fire at most N missed slots (newest)."
+        ),
+    ] = None,
+    max_catch_up_age: Annotated[
+        str, typer.Option("--max-catch-up-age", help="Slots older than this are never fired.")
+    ] = "1d",
+    misfire_grace: Annotated[
+        str, typer.Option("--misfire-grace", help="A slot this late still counts as on time.")
+    ] = "60s",
+    dst_repeated: Annotated[
+        RepeatedHour | None,
+        typer.Option(
+            "--dst-repeated", help="Repeated hour: fire first, last or both. [default: first]"
+        ),
+    ] = None,
+    dst_missing: Annotated[
+        MissingHour | None,
+        typer.Option("--dst-missing", help="Skipped hour: shift or skip. [default: shift]"),
+    ] = None,
+    overlap: Annotated[
+        OverlapPolicy, typer.Option("--overlap", help="While the previous run is open.")
+    ] = OverlapPolicy.SKIP,
+    jitter: Annotated[
+        str,
+        typer.Option("--jitter", help="Spread each slot by a stable offset up to this (max 1h)."),
+    ] = "0",
+    tenant: Tenant = DEFAULT_TENANT,
+    sensitive: Annotated[bool, typer.Option("--sensitive", help="Mark as sensitive.")] = False,
+    meta: Annotated[
+        list[str] | None, typer.Option("--meta", help="KEY=VALUE metadata; repeat for more.")
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Add a schedule: exactly one of --cron, --every or --at."""
+    validate_name(name)
+    validate_name(tenant, what="tenant")
+    if catch_up_cap is not None and misfire is not MisfireKind.EACH:
+        raise InvalidInput("--catch-up-cap applies only to --misfire each")
+    max_age = parse_duration(max_catch_up_age, what="maximum catch-up age")
+    grace = parse_duration(misfire_grace, what="misfire grace")
+    if max_age > 366 * DAY_MS:
+        raise InvalidInput("maximum catch-up age must be at most 366d")
+    spec_payload = parse_payload(payload)
+    with open_for_write(ctx) as engine:
+        trigger = build_trigger(
+            cron=cron,
+            every=every,
+            at=at,
+            start=start,
+            tz=tz,
+            repeated=dst_repeated,
+            missing=dst_missing,
+            now_ms=engine.clock.now_ms(),
+        )
+        spec = ScheduleSpec(
+            name=name,
+            trigger=trigger,
+            command=command,
+            payload=spec_payload,
+            timezone=tz,
+            tenant=tenant,
+            misfire=MisfirePolicy(misfire, catch_up_cap or 100, max_age, grace),
+            overlap=overlap,
+            jitter_ms=parse_duration(jitter, what="jitter"),
+            sensitive=sensitive,
+            metadata=parse_meta(meta or []),
+        )
+        schedule = engine.service.create(spec, actor=operator())
+        if as_json:
+            emit_json(schedule_json(schedule))
+        else:
+            say(f"added {schedule.tenant}/{schedule.name}: {trigger.describe()} in {tz}")
+            stdout.print(schedule_table(schedule, engine.clock.now_ms()))
+
+
+@app.command("list")
+@handles_errors
+def list_(
+    ctx: typer.Context,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant.")] = None,
+    status: Annotated[
+        ScheduleStatus | None, typer.Option("--status", help="Only this status.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=100_000)] = 1000,
+    as_json: Json = False,
+) -> None:
+    """List schedules, the soonest due first."""
+    with open_for_read(ctx) as engine:
+        schedules = engine.service.schedules(tenant=tenant, status=status, limit=limit)
+        if as_json:
+            emit_json([schedule_json(s) for s in schedules])
+        elif not schedules:
+            say("no schedules yet: add one with `vortos schedule add`")
+        else:
+            stdout.print(schedules_table(schedules, engine.clock.now_ms()))
+
+
+@app.command("show")
+@handles_errors
+def show(
+    ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
+) -> None:
+    """Show one schedule in full."""
+    with open_for_read(ctx) as engine:
+        schedule = engine.service.get(name, tenant=tenant)
+        if as_json:
+            emit_json(schedule_json(schedule))
+        else:
+            stdout.print(schedule_table(schedule, engine.clock.now_ms()))
+
+
+@app.command("preview")
+@handles_errors
+def preview(
+    ctx: typer.Context,
+    name: Name,
+    count: Annotated[int, typer.Option("--count", min=1, max=1000, help="How many slots.")] = 10,
+    tenant: Tenant = DEFAULT_TENANT,
+    as_json: Json = False,
+) -> None:
+    """The next fire instants, in the schedule's zone and in UTC, with DST marks."""
+    with open_for_read(ctx) as engine:
+        slots = engine.service.preview(name, tenant=tenant, count=count)
+        if as_json:
+            emit_json([preview_json(s) for s in slots])
+        elif not slots:
+            say("no further slots: the trigger is exhausted")
+        else:
+            stdout.print(preview_table(slots))
+
+
+@app.command("pause")
+@handles_errors
+def pause(
+    ctx: typer.Context,
+    name: Name,
+    note: Annotated[str | None, typer.Option("--note", help="Why, for other operators.")] = None,
+    tenant: Tenant = DEFAULT_TENANT,
+    as_json: Json = False,
+) -> None:
+    """Stop dispatching a schedule until it is resumed."""
+    with open_for_write(ctx) as engine:
+        schedule = engine.service.pause(name, tenant=tenant, note=note, actor=operator())
+        if as_json:
+            emit_json(schedule_json(schedule))
+        else:
+            say(f"paused {schedule.tenant}/{schedule.name}")
+
+
+@app.command("resume")
+@handles_errors
+def resume(
+    ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
+) -> None:
+    """Dispatch again from the next slot; slots missed while paused do not fire."""
+    with open_for_write(ctx) as engine:
+        schedule = engine.service.resume(name, tenant=tenant, actor=operator())
+        if as_json:
+            emit_json(schedule_json(schedule))
+        else:
+            say(f"resumed {schedule.tenant}/{schedule.name}")
+
+
+@app.command("delete")
+@handles_errors
+def delete(
+    ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
+) -> None:
+    """Delete a schedule. Its runs stay in the ledger."""
+    with open_for_write(ctx) as engine:
+        schedule = engine.service.delete(name, tenant=tenant, actor=operator())
+        if as_json:
+            emit_json(schedule_json(schedule))
+        else:
+            say(f"deleted {schedule.tenant}/{schedule.name}")

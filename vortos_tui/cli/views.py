@@ -1,0 +1,182 @@
+"""Schedules and runs as JSON objects and table rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from engine import Run, Schedule
+from engine.domain.schedule import canonical_json
+from engine.domain.timeutil import format_duration, iso_local, iso_utc
+from engine.service import PreviewSlot
+
+
+def _instant(ms: int | None) -> str | None:
+    return None if ms is None else iso_utc(ms)
+
+
+def schedule_json(s: Schedule) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "tenant": s.tenant,
+        "name": s.name,
+        "trigger": {
+            "kind": s.trigger.kind,
+            **s.trigger.to_spec(),
+            "description": s.trigger.describe(),
+        },
+        "timezone": s.timezone,
+        "command": s.command,
+        "payload": dict(s.payload),
+        "misfire": {
+            "policy": s.misfire.kind.value,
+            "catch_up_cap": s.misfire.catch_up_cap,
+            "max_catch_up_age_ms": s.misfire.max_age_ms,
+            "grace_ms": s.misfire.grace_ms,
+        },
+        "overlap": s.overlap.value,
+        "jitter_ms": s.jitter_ms,
+        "status": s.status.value,
+        "pause_note": s.pause_note,
+        "sensitive": s.sensitive,
+        "metadata": dict(s.metadata),
+        "version": s.version,
+        "next_slot_at": _instant(s.next_slot_at),
+        "next_fire_at": _instant(s.next_fire_at),
+        "next_fire_local": None
+        if s.next_fire_at is None
+        else iso_local(s.next_fire_at, s.timezone),
+        "created_at": _instant(s.created_at),
+        "updated_at": _instant(s.updated_at),
+    }
+
+
+def in_words(delta_ms: int) -> str:
+    """'in 3m', '2h ago': coarse, for a glance."""
+    ahead = delta_ms >= 0
+    seconds = abs(delta_ms) // 1000
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")):
+        if seconds >= size:
+            text = f"{seconds // size}{unit}"
+            break
+    else:
+        return "now"
+    return f"in {text}" if ahead else f"{text} ago"
+
+
+def schedules_table(schedules: list[Schedule], now_ms: int) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("NAME", "TENANT", "TRIGGER", "ZONE", "NEXT FIRE", "", "STATUS", "COMMAND"):
+        table.add_column(column, no_wrap=column in ("NAME", "NEXT FIRE", "TRIGGER", ""))
+    for s in schedules:
+        next_fire = "-" if s.next_fire_at is None else iso_local(s.next_fire_at, s.timezone)
+        due = "" if s.next_fire_at is None else in_words(s.next_fire_at - now_ms)
+        status = s.status.value + (" (sensitive)" if s.sensitive else "")
+        table.add_row(
+            s.name, s.tenant, s.trigger.describe(), s.timezone, next_fire, due, status, s.command
+        )
+    return table
+
+
+def schedule_table(s: Schedule, now_ms: int) -> Table:
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    data = schedule_json(s)
+    rows: list[tuple[str, str]] = [
+        ("name", s.name),
+        ("tenant", s.tenant),
+        ("id", s.id),
+        ("status", s.status.value),
+        ("trigger", s.trigger.describe()),
+        ("zone", s.timezone),
+        ("command", s.command),
+        ("payload", canonical_json(data["payload"])),
+        (
+            "misfire",
+            f"{s.misfire.kind.value} (cap {s.misfire.catch_up_cap}, max age "
+            f"{format_duration(s.misfire.max_age_ms)}, grace "
+            f"{format_duration(s.misfire.grace_ms)})",
+        ),
+        ("overlap", s.overlap.value),
+        ("jitter", format_duration(s.jitter_ms)),
+        ("sensitive", "yes" if s.sensitive else "no"),
+    ]
+    if s.next_fire_at is not None:
+        rows.append(
+            (
+                "next fire",
+                f"{iso_local(s.next_fire_at, s.timezone)} ({in_words(s.next_fire_at - now_ms)})",
+            )
+        )
+    else:
+        rows.append(("next fire", "none (the trigger has no further slot)"))
+    if s.pause_note:
+        rows.append(("pause note", s.pause_note))
+    for key, value in sorted(s.metadata.items()):
+        rows.append((f"meta {key}", value))
+    rows += [
+        ("version", str(s.version)),
+        ("created", data["created_at"]),
+        ("updated", data["updated_at"]),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def preview_json(slot: PreviewSlot) -> dict[str, Any]:
+    return {
+        "local": slot.local,
+        "utc": slot.utc,
+        "due_utc": iso_utc(slot.due_ms),
+        "slot_key": slot.slot_key,
+        "dst": slot.note.value or None,
+    }
+
+
+def preview_table(slots: list[PreviewSlot]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("LOCAL", "UTC", "DST", "SLOT KEY"):
+        table.add_column(column, no_wrap=True)
+    for slot in slots:
+        table.add_row(slot.local, slot.utc, slot.note.value, slot.slot_key)
+    return table
+
+
+def run_json(r: Run) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "tenant": r.tenant,
+        "schedule_id": r.schedule_id,
+        "schedule": r.schedule_name,
+        "slot_key": r.slot_key,
+        "slot_at": iso_utc(r.slot_at),
+        "due_at": iso_utc(r.due_at),
+        "kind": r.kind.value,
+        "state": r.state.value,
+        "dispatched_at": iso_utc(r.dispatched_at),
+        "lateness_ms": r.lateness_ms,
+        "node": r.node_id,
+        "attempts": r.attempts,
+        "finished_at": _instant(r.finished_at),
+        "error": r.error,
+    }
+
+
+def runs_table(runs: list[Run]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("ID", "SCHEDULE", "SLOT (UTC)", "STATE", "LATE", "KIND", "NODE"):
+        table.add_column(column, no_wrap=True)
+    for r in runs:
+        table.add_row(
+            str(r.id),
+            r.schedule_name,
+            iso_utc(r.slot_at),
+            r.state.value,
+            f"{r.lateness_ms} ms",
+            r.kind.value,
+            r.node_id,
+        )
+    return table
