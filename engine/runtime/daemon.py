@@ -116,11 +116,9 @@ class SchedulerDaemon:
                     delay, backoff = backoff, min(backoff * 2, 30.0)
                 if delay <= 0 or self._stop.is_set():
                     continue
-                if self.leading:
-                    # A change by another process may bring a slot forward: wake for it.
-                    self._storage.changes.wait(delay)
-                else:
-                    self._clock.wait(self._stop, delay)
+                # A change by another process may bring a slot forward (leader) or free the
+                # lease (standby): wake for it rather than sleep the whole delay.
+                self._storage.changes.wait(delay)
         finally:
             self.release()
 

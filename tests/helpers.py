@@ -1,0 +1,24 @@
+"""Small helpers shared by tests."""
+
+from __future__ import annotations
+
+from engine import Engine, RunKind, SchedulerDaemon
+from engine.domain.timeutil import iso_local
+from engine.ports import RunQuery
+
+
+def settle(daemon: SchedulerDaemon, max_steps: int = 20) -> None:
+    """Step the daemon until it leads and has nothing left to do right now."""
+    for _ in range(max_steps):
+        delay = daemon.step()
+        if daemon.leading and delay > 0:
+            return
+    raise AssertionError("the daemon did not settle")
+
+
+def fired_slots(engine: Engine, name: str, tz: str = "UTC") -> list[str]:
+    """Local times of the scheduled runs of one schedule, oldest first."""
+    schedule = engine.service.get(name)
+    runs = engine.service.runs(RunQuery(schedule_id=schedule.id, limit=100_000))
+    return [iso_local(r.slot_at, tz) for r in sorted(runs, key=lambda r: r.slot_at)
+            if r.kind is RunKind.SCHEDULED]

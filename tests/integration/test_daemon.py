@@ -1,0 +1,250 @@
+"""The daemon on a manual clock and a real database file: leading, fencing, dispatch."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from engine import (
+    CronTrigger,
+    Engine,
+    IntervalTrigger,
+    LeaseNotOwned,
+    ManualClock,
+    MisfireKind,
+    MisfirePolicy,
+    OneShotTrigger,
+    ScheduleSpec,
+    open_engine,
+)
+from engine.domain.misfire import plan_slots
+from engine.domain.schedule import Schedule
+from engine.domain.timeutil import MINUTE_MS, SECOND_MS
+from engine.ports import RunQuery
+from engine.runtime.daemon import LEADER_LEASE
+from tests.conftest import T0
+from tests.helpers import fired_slots, settle
+
+
+def every_minute(engine: Engine, name: str = "tick") -> Schedule:
+    return engine.service.create(
+        ScheduleSpec(name=name, trigger=CronTrigger("* * * * *"), command="noop"), actor="t"
+    )
+
+
+def test_the_first_daemon_leads_and_a_second_stands_by(engine: Engine) -> None:
+    first, second = engine.daemon(node_id="a"), engine.daemon(node_id="b")
+    first.step()
+    second.step()
+    assert first.leading
+    assert not second.leading
+
+
+def test_a_slot_is_dispatched_once_with_its_run_and_fire(engine: Engine, clock: ManualClock) -> None:
+    every_minute(engine)
+    daemon = engine.daemon(node_id="a")
+    settle(daemon)
+    clock.advance(60)
+    settle(daemon)
+    settle(daemon)
+    assert fired_slots(engine, "tick") == [
+        "2026-01-05T00:00:00+00:00", "2026-01-05T00:01:00+00:00"
+    ]
+    assert engine.storage.fire_queue.depth() == 2
+
+
+def test_the_daemon_sleeps_until_the_next_due_slot(engine: Engine, clock: ManualClock) -> None:
+    every_minute(engine)
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    settle(daemon)
+    clock.advance(20)
+    assert daemon.step() == pytest.approx(40.0)
+
+
+def test_a_deposed_leader_cannot_dispatch(engine: Engine, clock: ManualClock) -> None:
+    every_minute(engine)
+    old = engine.daemon(node_id="old", lease_ttl_ms=5_000)
+    settle(old)
+    runs_before = engine.storage.runs.count()
+    # The old holder goes silent past its TTL; another node takes the lease.
+    clock.advance(60)
+    usurper = engine.storage.leases.acquire(LEADER_LEASE, "new-token", "new", 5_000)
+    assert usurper is not None
+    with pytest.raises(LeaseNotOwned):
+        engine.storage.dispatcher.dispatch_due(
+            lease_key=LEADER_LEASE, token=old.token, node_id="old", now_ms=clock.now_ms(),
+            limit=100, resolve=lambda s, cursor: plan_slots(
+                schedule_id=s.id, trigger=s.trigger, tz=s.timezone, cursor_ms=cursor,
+                now_ms=clock.now_ms(), policy=s.misfire),
+        )
+    assert engine.storage.runs.count() == runs_before
+    assert engine.storage.fire_queue.depth() == runs_before
+    assert engine.service.get("tick").next_slot_at == T0 + MINUTE_MS
+
+
+def test_a_deposed_leader_steps_down_instead_of_dispatching(
+    engine: Engine, clock: ManualClock
+) -> None:
+    every_minute(engine)
+    old = engine.daemon(node_id="old", lease_ttl_ms=5_000)
+    settle(old)
+    clock.advance(60)
+    assert engine.storage.leases.acquire(LEADER_LEASE, "new-token", "new", 60_000) is not None
+    old.step()
+    assert not old.leading
+    assert len(fired_slots(engine, "tick")) == 1
+
+
+def test_no_dispatch_once_renewal_has_been_silent_for_most_of_the_ttl(
+    engine: Engine, clock: ManualClock
+) -> None:
+    every_minute(engine)
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=10_000)
+    settle(daemon)
+    # Make every renewal fail with a storage error while the lease still looks live.
+    storage = engine.storage
+    original = storage.leases.renew
+
+    def failing_renew(key: str, token: str, ttl_ms: int) -> object:
+        from engine import StorageError
+
+        raise StorageError("disk unplugged")
+
+    storage.leases.renew = failing_renew  # type: ignore[method-assign,assignment]
+    try:
+        # Extend the stored lease so that only the guard can stop dispatch.
+        conn = storage.pool.get()
+        conn.execute("UPDATE leases SET expires_at = ?", (T0 + 10 * MINUTE_MS,))
+        clock.set(T0 + MINUTE_MS - 500)
+        daemon.step()
+        clock.set(T0 + MINUTE_MS)  # 9.5 s of 10 s without a renewal, a slot due
+        daemon.step()
+        assert len(fired_slots(engine, "tick")) == 1
+    finally:
+        storage.leases.renew = original  # type: ignore[method-assign]
+
+
+def test_a_standby_takes_over_after_the_leader_stops_renewing(
+    engine: Engine, clock: ManualClock
+) -> None:
+    every_minute(engine)
+    leader, standby = engine.daemon(node_id="a", lease_ttl_ms=5_000), engine.daemon(node_id="b")
+    settle(leader)
+    wait = standby.step()
+    assert not standby.leading
+    assert wait <= 5.0 + 1.0
+    clock.advance(6)
+    settle(standby)
+    assert standby.leading
+    clock.set(T0 + MINUTE_MS)
+    settle(standby)
+    assert fired_slots(engine, "tick")[-1] == "2026-01-05T00:01:00+00:00"
+
+
+def test_a_released_lease_is_taken_at_once(engine: Engine) -> None:
+    leader, standby = engine.daemon(node_id="a"), engine.daemon(node_id="b")
+    leader.step()
+    leader.release()
+    standby.step()
+    assert standby.leading
+
+
+def test_two_daemons_on_one_file_never_dispatch_a_slot_twice(
+    db_path: Path, clock: ManualClock
+) -> None:
+    with open_engine(db_path, clock=clock) as a, open_engine(db_path, clock=clock) as b:
+        a.service.create(
+            ScheduleSpec(name="tick", trigger=CronTrigger("* * * * *"), command="noop",
+                         misfire=MisfirePolicy(MisfireKind.EACH)),
+            actor="t",
+        )
+        daemons = [a.daemon(node_id="a", lease_ttl_ms=20_000),
+                   b.daemon(node_id="b", lease_ttl_ms=20_000)]
+        chooser = random.Random(7)
+        for _ in range(400):
+            # Only one node gets to run each round: the other is silent, sometimes long
+            # enough for its lease to pass to the other.
+            chooser.choice(daemons).step()
+            clock.advance(7)
+        for daemon in daemons:
+            daemon.step()
+            daemon.step()
+        slots = fired_slots(a, "tick")
+        assert len(slots) == len(set(slots))
+        assert len(slots) == 400 * 7 // 60 + 1
+        assert {r.node_id for r in a.service.runs(RunQuery(limit=1000))} == {"a", "b"}
+
+
+def test_a_paused_schedule_is_not_dispatched_and_resumes_without_a_burst(
+    engine: Engine, clock: ManualClock
+) -> None:
+    every_minute(engine)
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    settle(daemon)
+    engine.service.pause("tick", actor="t", note="maintenance")
+    clock.advance(300)
+    settle(daemon)
+    assert len(fired_slots(engine, "tick")) == 1
+    clock.advance(30)
+    engine.service.resume("tick", actor="t")
+    clock.set(T0 + 6 * MINUTE_MS)
+    settle(daemon)
+    assert fired_slots(engine, "tick") == [
+        "2026-01-05T00:00:00+00:00", "2026-01-05T00:06:00+00:00"
+    ]
+
+
+def test_a_one_shot_fires_once_and_then_has_no_next_fire(
+    engine: Engine, clock: ManualClock
+) -> None:
+    engine.service.create(
+        ScheduleSpec(name="once", trigger=OneShotTrigger(T0 + 5 * SECOND_MS), command="noop"),
+        actor="t",
+    )
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    clock.advance(5)
+    settle(daemon)
+    clock.advance(3600)
+    settle(daemon)
+    assert fired_slots(engine, "once") == ["2026-01-05T00:00:05+00:00"]
+    assert engine.service.get("once").next_fire_at is None
+
+
+def test_an_interval_schedule_fires_on_its_anchor_grid(
+    engine: Engine, clock: ManualClock
+) -> None:
+    engine.service.create(
+        ScheduleSpec(name="poll", trigger=IntervalTrigger(45 * SECOND_MS, T0 + 10 * SECOND_MS),
+                     command="noop"),
+        actor="t",
+    )
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    for _ in range(12):
+        clock.advance(10)
+        settle(daemon)
+    assert fired_slots(engine, "poll") == [
+        "2026-01-05T00:00:10+00:00", "2026-01-05T00:00:55+00:00", "2026-01-05T00:01:40+00:00"
+    ]
+
+
+def test_jitter_delays_each_slot_by_a_stable_offset_within_the_window(
+    engine: Engine, clock: ManualClock
+) -> None:
+    engine.service.create(
+        ScheduleSpec(name="spread", trigger=CronTrigger("* * * * *"), command="noop",
+                     jitter_ms=30 * SECOND_MS),
+        actor="t",
+    )
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    settle(daemon)
+    due = engine.service.get("spread").next_fire_at
+    assert due is not None
+    assert T0 <= due <= T0 + 30 * SECOND_MS
+    clock.set(due - 1)
+    settle(daemon)
+    assert fired_slots(engine, "spread") == [] or due == T0
+    clock.set(due)
+    settle(daemon)
+    assert fired_slots(engine, "spread") == ["2026-01-05T00:00:00+00:00"]
