@@ -8,6 +8,7 @@ from pathlib import Path
 from types import TracebackType
 
 from engine.backends.sqlite import SqliteBackend
+from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS
 from engine.commands import CommandRegistry, builtin_commands
 from engine.domain.clock import Clock, SystemClock
 from engine.runtime.daemon import DEFAULT_LEASE_TTL_MS, DaemonConfig, SchedulerDaemon
@@ -61,12 +62,15 @@ def open_engine(
     commands: CommandRegistry | None = None,
     create: bool = True,
     readonly: bool = False,
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
 ) -> Engine:
     """Open (creating or upgrading if needed) the database at `db`.
 
-    >>> with open_engine("/tmp/example.db") as engine:  # doctest: +SKIP
-    ...     engine.service.list()
+    `busy_timeout_ms` is how long a write waits for another process's transaction before it
+    fails with StorageError.
     """
     clock = clock or SystemClock()
-    storage = SqliteBackend(Path(db), clock, create=create, readonly=readonly)
+    storage = SqliteBackend(
+        Path(db), clock, create=create, readonly=readonly, busy_timeout_ms=busy_timeout_ms
+    )
     return Engine(storage, clock, commands or builtin_commands())

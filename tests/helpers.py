@@ -20,5 +20,8 @@ def fired_slots(engine: Engine, name: str, tz: str = "UTC") -> list[str]:
     """Local times of the scheduled runs of one schedule, oldest first."""
     schedule = engine.service.get(name)
     runs = engine.service.runs(RunQuery(schedule_id=schedule.id, limit=100_000))
-    return [iso_local(r.slot_at, tz) for r in sorted(runs, key=lambda r: r.slot_at)
-            if r.kind is RunKind.SCHEDULED]
+    return [
+        iso_local(r.slot_at, tz)
+        for r in sorted(runs, key=lambda r: r.slot_at)
+        if r.kind is RunKind.SCHEDULED
+    ]

@@ -21,9 +21,23 @@ class Daemon:
         self.log_path = log_dir / f"{node_id}.log"
         with self.log_path.open("w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "vortos_tui.cli", "--db", str(db), "run",
-                 "--lease-ttl", lease_ttl, "--node-id", node_id, "--log-level", "info"],
-                stdout=log, stderr=subprocess.STDOUT, env=cli_env(),
+                [
+                    sys.executable,
+                    "-m",
+                    "vortos_tui.cli",
+                    "--db",
+                    str(db),
+                    "run",
+                    "--lease-ttl",
+                    lease_ttl,
+                    "--node-id",
+                    node_id,
+                    "--log-level",
+                    "info",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=cli_env(),
             )
 
     def kill(self) -> None:
@@ -40,8 +54,7 @@ class Daemon:
         return self.log_path.read_text()
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, what: str,
-             every: float = 0.05) -> None:
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> None:
     """Poll `condition` until it holds, or fail after `timeout` seconds saying `what`."""
     deadline = time.monotonic() + timeout
     while not condition():

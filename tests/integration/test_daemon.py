@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import apsw
 import pytest
 
 from engine import (
@@ -42,16 +43,16 @@ def test_the_first_daemon_leads_and_a_second_stands_by(engine: Engine) -> None:
     assert not second.leading
 
 
-def test_a_slot_is_dispatched_once_with_its_run_and_fire(engine: Engine, clock: ManualClock) -> None:
+def test_a_slot_is_dispatched_once_with_its_run_and_fire(
+    engine: Engine, clock: ManualClock
+) -> None:
     every_minute(engine)
     daemon = engine.daemon(node_id="a")
     settle(daemon)
     clock.advance(60)
     settle(daemon)
     settle(daemon)
-    assert fired_slots(engine, "tick") == [
-        "2026-01-05T00:00:00+00:00", "2026-01-05T00:01:00+00:00"
-    ]
+    assert fired_slots(engine, "tick") == ["2026-01-05T00:00:00+00:00", "2026-01-05T00:01:00+00:00"]
     assert engine.storage.fire_queue.depth() == 2
 
 
@@ -74,10 +75,19 @@ def test_a_deposed_leader_cannot_dispatch(engine: Engine, clock: ManualClock) ->
     assert usurper is not None
     with pytest.raises(LeaseNotOwned):
         engine.storage.dispatcher.dispatch_due(
-            lease_key=LEADER_LEASE, token=old.token, node_id="old", now_ms=clock.now_ms(),
-            limit=100, resolve=lambda s, cursor: plan_slots(
-                schedule_id=s.id, trigger=s.trigger, tz=s.timezone, cursor_ms=cursor,
-                now_ms=clock.now_ms(), policy=s.misfire),
+            lease_key=LEADER_LEASE,
+            token=old.token,
+            node_id="old",
+            now_ms=clock.now_ms(),
+            limit=100,
+            resolve=lambda s, cursor: plan_slots(
+                schedule_id=s.id,
+                trigger=s.trigger,
+                tz=s.timezone,
+                cursor_ms=cursor,
+                now_ms=clock.now_ms(),
+                policy=s.misfire,
+            ),
         )
     assert engine.storage.runs.count() == runs_before
     assert engine.storage.fire_queue.depth() == runs_before
@@ -98,32 +108,33 @@ def test_a_deposed_leader_steps_down_instead_of_dispatching(
 
 
 def test_no_dispatch_once_renewal_has_been_silent_for_most_of_the_ttl(
-    engine: Engine, clock: ManualClock
+    db_path: Path, clock: ManualClock
 ) -> None:
-    every_minute(engine)
-    daemon = engine.daemon(node_id="a", lease_ttl_ms=10_000)
-    settle(daemon)
-    # Make every renewal fail with a storage error while the lease still looks live.
-    storage = engine.storage
-    original = storage.leases.renew
-
-    def failing_renew(key: str, token: str, ttl_ms: int) -> object:
-        from engine import StorageError
-
-        raise StorageError("disk unplugged")
-
-    storage.leases.renew = failing_renew  # type: ignore[method-assign,assignment]
-    try:
-        # Extend the stored lease so that only the guard can stop dispatch.
-        conn = storage.pool.get()
-        conn.execute("UPDATE leases SET expires_at = ?", (T0 + 10 * MINUTE_MS,))
-        clock.set(T0 + MINUTE_MS - 500)
+    with open_engine(db_path, clock=clock, busy_timeout_ms=50) as engine:
+        engine.service.create(
+            ScheduleSpec(
+                name="tick",
+                trigger=CronTrigger("* * * * * *"),
+                command="noop",
+                misfire=MisfirePolicy(MisfireKind.EACH),
+            ),
+            actor="t",
+        )
+        daemon = engine.daemon(node_id="a", lease_ttl_ms=10_000)
+        settle(daemon)
+        # apsw, not the stdlib sqlite3: two SQLite libraries in one process do not see each
+        # other's locks.
+        blocker = apsw.Connection(str(db_path))
+        # The stored lease stays ours for long, so only the guard can hold dispatch back.
+        blocker.execute("UPDATE leases SET expires_at = ?", (T0 + 10 * MINUTE_MS,))
+        blocker.execute("BEGIN IMMEDIATE")  # every renewal now fails: database locked
+        clock.set(T0 + 9_500)
         daemon.step()
-        clock.set(T0 + MINUTE_MS)  # 9.5 s of 10 s without a renewal, a slot due
-        daemon.step()
-        assert len(fired_slots(engine, "tick")) == 1
-    finally:
-        storage.leases.renew = original  # type: ignore[method-assign]
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        assert fired_slots(engine, "tick") == ["2026-01-05T00:00:00+00:00"]
+        settle(daemon)  # renewal works again: the held-back slots go out
+        assert len(fired_slots(engine, "tick")) == 10
 
 
 def test_a_standby_takes_over_after_the_leader_stops_renewing(
@@ -156,12 +167,18 @@ def test_two_daemons_on_one_file_never_dispatch_a_slot_twice(
 ) -> None:
     with open_engine(db_path, clock=clock) as a, open_engine(db_path, clock=clock) as b:
         a.service.create(
-            ScheduleSpec(name="tick", trigger=CronTrigger("* * * * *"), command="noop",
-                         misfire=MisfirePolicy(MisfireKind.EACH)),
+            ScheduleSpec(
+                name="tick",
+                trigger=CronTrigger("* * * * *"),
+                command="noop",
+                misfire=MisfirePolicy(MisfireKind.EACH),
+            ),
             actor="t",
         )
-        daemons = [a.daemon(node_id="a", lease_ttl_ms=20_000),
-                   b.daemon(node_id="b", lease_ttl_ms=20_000)]
+        daemons = [
+            a.daemon(node_id="a", lease_ttl_ms=20_000),
+            b.daemon(node_id="b", lease_ttl_ms=20_000),
+        ]
         chooser = random.Random(7)
         for _ in range(400):
             # Only one node gets to run each round: the other is silent, sometimes long
@@ -191,9 +208,7 @@ def test_a_paused_schedule_is_not_dispatched_and_resumes_without_a_burst(
     engine.service.resume("tick", actor="t")
     clock.set(T0 + 6 * MINUTE_MS)
     settle(daemon)
-    assert fired_slots(engine, "tick") == [
-        "2026-01-05T00:00:00+00:00", "2026-01-05T00:06:00+00:00"
-    ]
+    assert fired_slots(engine, "tick") == ["2026-01-05T00:00:00+00:00", "2026-01-05T00:06:00+00:00"]
 
 
 def test_a_one_shot_fires_once_and_then_has_no_next_fire(
@@ -212,12 +227,13 @@ def test_a_one_shot_fires_once_and_then_has_no_next_fire(
     assert engine.service.get("once").next_fire_at is None
 
 
-def test_an_interval_schedule_fires_on_its_anchor_grid(
-    engine: Engine, clock: ManualClock
-) -> None:
+def test_an_interval_schedule_fires_on_its_anchor_grid(engine: Engine, clock: ManualClock) -> None:
     engine.service.create(
-        ScheduleSpec(name="poll", trigger=IntervalTrigger(45 * SECOND_MS, T0 + 10 * SECOND_MS),
-                     command="noop"),
+        ScheduleSpec(
+            name="poll",
+            trigger=IntervalTrigger(45 * SECOND_MS, T0 + 10 * SECOND_MS),
+            command="noop",
+        ),
         actor="t",
     )
     daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
@@ -225,7 +241,9 @@ def test_an_interval_schedule_fires_on_its_anchor_grid(
         clock.advance(10)
         settle(daemon)
     assert fired_slots(engine, "poll") == [
-        "2026-01-05T00:00:10+00:00", "2026-01-05T00:00:55+00:00", "2026-01-05T00:01:40+00:00"
+        "2026-01-05T00:00:10+00:00",
+        "2026-01-05T00:00:55+00:00",
+        "2026-01-05T00:01:40+00:00",
     ]
 
 
@@ -233,8 +251,12 @@ def test_jitter_delays_each_slot_by_a_stable_offset_within_the_window(
     engine: Engine, clock: ManualClock
 ) -> None:
     engine.service.create(
-        ScheduleSpec(name="spread", trigger=CronTrigger("* * * * *"), command="noop",
-                     jitter_ms=30 * SECOND_MS),
+        ScheduleSpec(
+            name="spread",
+            trigger=CronTrigger("* * * * *"),
+            command="noop",
+            jitter_ms=30 * SECOND_MS,
+        ),
         actor="t",
     )
     daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)

@@ -27,8 +27,7 @@ ALL_MISSED = [s for s in ALL_MISSED if "T00:00" not in s and s <= "2026-01-05T03
 
 def outage(engine: Engine, clock: ManualClock, policy: MisfirePolicy, back_at_ms: int) -> list[str]:
     engine.service.create(
-        ScheduleSpec(name="report", trigger=CronTrigger(EVERY_TEN), command="noop",
-                     misfire=policy),
+        ScheduleSpec(name="report", trigger=CronTrigger(EVERY_TEN), command="noop", misfire=policy),
         actor="test",
     )
     daemon = engine.daemon(node_id="n1", lease_ttl_ms=10_000)

@@ -7,6 +7,7 @@ from typing import Any
 
 from engine.backends.sqlite.changes import SqliteChangeFeed
 from engine.backends.sqlite.connection import (
+    BUSY_TIMEOUT_MS,
     SCHEMA_VERSION,
     ConnectionPool,
     prepare,
@@ -25,11 +26,17 @@ class SqliteBackend:
     """Every port, on one database file."""
 
     def __init__(
-        self, path: str | Path, clock: Clock, *, create: bool = True, readonly: bool = False
+        self,
+        path: str | Path,
+        clock: Clock,
+        *,
+        create: bool = True,
+        readonly: bool = False,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     ) -> None:
         self.path = Path(path)
         prepare(self.path, create=create and not readonly, write=not readonly)
-        self.pool = ConnectionPool(self.path, readonly=readonly)
+        self.pool = ConnectionPool(self.path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
         self.readonly = readonly
         self.leases = SqliteLease(self.pool, clock)
         self.schedules = SqliteScheduleStore(self.pool)

@@ -75,7 +75,9 @@ def inspect_path(path: Path, *, create: bool) -> bool:
     return True
 
 
-def connect(path: Path, *, readonly: bool) -> apsw.Connection:
+def connect(
+    path: Path, *, readonly: bool, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+) -> apsw.Connection:
     """A configured connection. Raises StorageError for anything SQLite refuses."""
     flags = (
         apsw.SQLITE_OPEN_READONLY
@@ -84,7 +86,7 @@ def connect(path: Path, *, readonly: bool) -> apsw.Connection:
     )
     try:
         conn = apsw.Connection(str(path), flags=flags)
-        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.set_busy_timeout(busy_timeout_ms)
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         if not readonly:
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -101,8 +103,8 @@ def translate(exc: apsw.Error, path: Path) -> StorageError:
         return _refuse(path, "the file is corrupt", "restore it from a backup")
     if isinstance(exc, apsw.BusyError | apsw.LockedError):
         return StorageError(
-            f"database {path} is locked by another process for longer than "
-            f"{BUSY_TIMEOUT_MS // 1000}s; try again, or find the process holding it"
+            f"database {path} stayed locked by another process past the busy timeout; "
+            "try again, or find the process holding it"
         )
     if isinstance(exc, apsw.ReadOnlyError):
         return _refuse(
@@ -237,10 +239,12 @@ class ConnectionPool:
         path: Path,
         *,
         readonly: bool = False,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
         on_open: Callable[[apsw.Connection], None] | None = None,
     ) -> None:
         self.path = path
         self.readonly = readonly
+        self.busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._all: list[apsw.Connection] = []
         self._lock = threading.Lock()
@@ -249,7 +253,7 @@ class ConnectionPool:
     def get(self) -> apsw.Connection:
         conn: apsw.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = connect(self.path, readonly=self.readonly)
+            conn = connect(self.path, readonly=self.readonly, busy_timeout_ms=self.busy_timeout_ms)
             if self._on_open is not None:
                 self._on_open(conn)
             self._local.conn = conn
