@@ -25,3 +25,8 @@ def fired_slots(engine: Engine, name: str, tz: str = "UTC") -> list[str]:
         for r in sorted(runs, key=lambda r: r.slot_at)
         if r.kind is RunKind.SCHEDULED
     ]
+
+
+def leads(daemon: SchedulerDaemon) -> bool:
+    """Whether the daemon holds the lease (a call, so type narrowing does not stick)."""
+    return daemon.leading

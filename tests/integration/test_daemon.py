@@ -26,7 +26,7 @@ from engine.domain.timeutil import MINUTE_MS, SECOND_MS
 from engine.ports import RunQuery
 from engine.runtime.daemon import LEADER_LEASE
 from tests.conftest import T0
-from tests.helpers import fired_slots, settle
+from tests.helpers import fired_slots, leads, settle
 
 
 def every_minute(engine: Engine, name: str = "tick") -> Schedule:
@@ -148,7 +148,7 @@ def test_a_standby_takes_over_after_the_leader_stops_renewing(
     assert wait <= 5.0 + 1.0
     clock.advance(6)
     settle(standby)
-    assert standby.leading
+    assert leads(standby)
     clock.set(T0 + MINUTE_MS)
     settle(standby)
     assert fired_slots(engine, "tick")[-1] == "2026-01-05T00:01:00+00:00"

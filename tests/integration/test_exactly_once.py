@@ -6,6 +6,7 @@ import random
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,7 +35,7 @@ def create_schedules(db: Path, count: int, anchor_ms: int) -> None:
             )
 
 
-def read(db: Path, sql: str, args: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+def read(db: Path, sql: str, args: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
         return conn.execute(sql, args).fetchall()
 
