@@ -77,9 +77,11 @@ def test_a_corrupt_file_is_refused(db_path: Path, clock: ManualClock) -> None:
     data = bytearray(db_path.read_bytes())
     data[100:4096] = b"\xff" * (4096 - 100)  # the first page's b-tree header and cells
     db_path.write_bytes(bytes(data))
-    with pytest.raises(StorageError, match="corrupt|not a SQLite"):
-        with open_engine(db_path, clock=clock) as engine:
-            engine.storage.describe()
+    with (
+        pytest.raises(StorageError, match=r"corrupt|not a SQLite"),
+        open_engine(db_path, clock=clock) as engine,
+    ):
+        engine.storage.describe()
 
 
 def test_an_older_schema_is_upgraded_in_place(
