@@ -13,7 +13,8 @@ from engine.api import default_node_id
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.runtime.daemon import MIN_LEASE_TTL_MS
-from vortos_tui.cli.context import open_for_write, state
+from vortos_tui.cli.context import open_for_write, operator, state
+from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
 
 log = logging.getLogger("vortos.run")
@@ -44,6 +45,12 @@ def run(
         str | None,
         typer.Option("--node-id", help="This node's name in leases and runs [default: host:pid]."),
     ] = None,
+    demo: Annotated[
+        bool,
+        typer.Option(
+            "--demo", help="First add a few demo schedules (tenant 'demo') if they are missing."
+        ),
+    ] = False,
     log_level: Annotated[
         str,
         typer.Option(
@@ -65,6 +72,9 @@ def run(
     ):
         raise InvalidInput("--node-id must be printable text of at most 200 characters")
     with open_for_write(ctx) as engine:
+        if demo:
+            added = seed_demo(engine, operator())
+            log.info("demo schedules: %s", ", ".join(added) if added else "already present")
         daemon = engine.daemon(node_id=node, lease_ttl_ms=ttl)
 
         def stop(signum: int, _frame: FrameType | None) -> None:
