@@ -30,7 +30,8 @@ class DispatchReport:
     already_dispatched: int = 0
     skipped_missed: int = 0
     dropped_aged: int = 0
-    plans: dict[str, SlotPlan] = field(default_factory=dict)
+    plans: dict[str, SlotPlan] = field(default_factory=dict)  # by "tenant/name"
+    failed: dict[str, str] = field(default_factory=dict)  # schedule id -> why it was held back
 
 
 # Decides, without I/O, which slots of a due schedule fire now, given its cursor (the first
@@ -49,6 +50,8 @@ class DispatchPort(Protocol):
     - For each, asks `resolve(schedule, cursor)` for a plan; records a run (unique slot key) and a
       fire for each planned slot, skipping slots whose key the ledger already holds; moves the
       schedule's cursor to the plan's.
+    - A schedule whose definition cannot be decoded or resolved is reported in `failed`, its
+      cursor untouched and its next look postponed; the others are dispatched.
     - A crash at any point leaves either all of it or none of it.
     """
 

@@ -200,12 +200,14 @@ class SchedulerDaemon:
                     max(0, now - fire.due_at),
                     fire.run_id,
                 )
-        for sid, plan in report.plans.items():
+        for sid, why in report.failed.items():
+            log.error("schedule %s held back: its definition cannot be resolved (%s)", sid, why)
+        for label, plan in report.plans.items():
             if plan.skipped_missed or plan.dropped_aged:
                 log.warning(
                     "schedule %s: %d missed slot(s) not fired by its misfire policy, "
                     "%d older than its maximum catch-up age dropped",
-                    sid,
+                    label,
                     plan.skipped_missed,
                     plan.dropped_aged,
                 )

@@ -270,3 +270,19 @@ def test_jitter_delays_each_slot_by_a_stable_offset_within_the_window(
     clock.set(due)
     settle(daemon)
     assert fired_slots(engine, "spread") == ["2026-01-05T00:00:00+00:00"]
+
+
+def test_an_unreadable_schedule_is_held_back_and_the_others_still_fire(
+    engine: Engine, clock: ManualClock
+) -> None:
+    every_minute(engine, "good")
+    every_minute(engine, "broken")
+    conn = engine.storage.pool.get()
+    conn.execute("UPDATE schedules SET trigger_spec = '{\"cron\": 1}' WHERE name = 'broken'")
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    settle(daemon)
+    assert fired_slots(engine, "good") == ["2026-01-05T00:00:00+00:00"]
+    cursor = conn.execute(
+        "SELECT next_slot_at, next_fire_at FROM schedules WHERE name = 'broken'"
+    ).fetchall()
+    assert cursor == [(T0, T0 + MINUTE_MS)]

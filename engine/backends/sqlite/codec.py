@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from engine.domain.errors import InvalidInput, StorageError
 from engine.domain.run import Run, RunKind, RunState
 from engine.domain.schedule import (
     MisfireKind,
@@ -66,6 +67,17 @@ def schedule_values(s: Schedule) -> tuple[Any, ...]:
 
 
 def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
+    """Decode a row; a row that cannot be decoded raises StorageError naming it."""
+    try:
+        return _decode_schedule(row)
+    except (KeyError, ValueError, TypeError, InvalidInput) as exc:
+        raise StorageError(
+            f"schedule {row[0]} ({row[1]}/{row[2]}) is stored in a form this Vortos cannot read "
+            f"({type(exc).__name__}: {exc}); delete it or restore it from a backup"
+        ) from None
+
+
+def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
     (
         sid,
         tenant,

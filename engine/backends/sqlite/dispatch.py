@@ -19,7 +19,7 @@ from engine.backends.sqlite.connection import (
     write_tx,
 )
 from engine.backends.sqlite.runs import INSERT_RUN
-from engine.domain.errors import LeaseExpired, LeaseNotOwned
+from engine.domain.errors import LeaseExpired, LeaseNotOwned, VortosError
 from engine.domain.misfire import due_at
 from engine.domain.run import RunKind
 from engine.domain.schedule import Schedule, canonical_json
@@ -36,6 +36,8 @@ _INSERT_FIRE = (
     "available_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _ADVANCE = "UPDATE schedules SET next_slot_at = ?, next_fire_at = ? WHERE id = ?"
+# A schedule whose definition cannot be read or resolved is looked at again after this long.
+RETRY_BROKEN_MS = 60_000
 # Decoded definitions of recently due schedules. Bounded: the daemon must not hold every
 # schedule in memory when a million are stored.
 _CACHE_SIZE = 20_000
@@ -68,9 +70,16 @@ class SqliteDispatcher:
             report.scanned = len(due)
             advances: list[tuple[Any, ...]] = []
             for sid, version, cursor in due:
-                schedule, payload = self._definition(sid, version)
-                plan = resolve(schedule, cursor)
-                report.plans[sid] = plan
+                try:
+                    schedule, payload = self._definition(sid, version)
+                    plan = resolve(schedule, cursor)
+                except (VortosError, ValueError, KeyError, TypeError) as exc:
+                    # One unreadable definition must not stop every other schedule: hold it
+                    # back for a while, cursor untouched, and say so.
+                    report.failed[sid] = f"{type(exc).__name__}: {exc}"
+                    advances.append((cursor, now_ms + RETRY_BROKEN_MS, sid))
+                    continue
+                report.plans[f"{schedule.tenant}/{schedule.name}"] = plan
                 report.skipped_missed += plan.skipped_missed
                 report.dropped_aged += plan.dropped_aged
                 for slot_at in plan.fire:
