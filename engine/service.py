@@ -174,14 +174,15 @@ class ScheduleService:
         schedule = self._current(name, tenant, expected_version)
         if schedule.status is ScheduleStatus.PAUSED:
             return schedule
-        changed = replace(
-            schedule,
-            status=ScheduleStatus.PAUSED,
-            pause_note=note,
-            version=schedule.version + 1,
-            updated_at=self._clock.now_ms(),
+        changed = self._storage.schedules.update(
+            replace(
+                schedule,
+                status=ScheduleStatus.PAUSED,
+                pause_note=note,
+                updated_at=self._clock.now_ms(),
+            ),
+            schedule.version,
         )
-        self._storage.schedules.update(changed, schedule.version)
         log.info("schedule %s/%s paused by %s%s", tenant, name, actor, f": {note}" if note else "")
         return changed
 
@@ -200,18 +201,19 @@ class ScheduleService:
         now = self._clock.now_ms()
         first = schedule.trigger.slot_after(now - 1, schedule.timezone)
         next_slot = None if first is None else first.at_ms
-        changed = replace(
-            schedule,
-            status=ScheduleStatus.ACTIVE,
-            pause_note=None,
-            version=schedule.version + 1,
-            updated_at=now,
-            next_slot_at=next_slot,
-            next_fire_at=None
-            if next_slot is None
-            else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
+        changed = self._storage.schedules.update(
+            replace(
+                schedule,
+                status=ScheduleStatus.ACTIVE,
+                pause_note=None,
+                updated_at=now,
+                next_slot_at=next_slot,
+                next_fire_at=None
+                if next_slot is None
+                else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
+            ),
+            schedule.version,
         )
-        self._storage.schedules.update(changed, schedule.version)
         log.info("schedule %s/%s resumed by %s", tenant, name, actor)
         return changed
 

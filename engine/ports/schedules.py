@@ -47,7 +47,9 @@ class ScheduleStore(Protocol):
     def count(self, tenant: str | None = None) -> int: ...
 
     def update(self, schedule: Schedule, expected_version: int) -> Schedule:
-        """Replace the definition, status and cursor. Raises StaleVersion or NotFound."""
+        """Replace the definition, status and cursor; store and return version
+        `expected_version + 1` whatever `schedule.version` says. Raises StaleVersion or
+        NotFound."""
         ...
 
     def delete(self, schedule_id: str, tenant: str, expected_version: int | None = None) -> None:

@@ -26,7 +26,9 @@ CREATED_AT = parse_instant("2026-01-04T12:00:00Z")
 FIRST_SLOT = CREATED_AT + 5 * MINUTE_MS
 
 
-def make_schedule(name: str = "nightly-report", *, tenant: str = DEFAULT_TENANT, **changes: Any) -> Schedule:
+def make_schedule(
+    name: str = "nightly-report", *, tenant: str = DEFAULT_TENANT, **changes: Any
+) -> Schedule:
     """A valid, freshly created schedule (version 1, active); `changes` replace any field."""
     schedule_id = uuid.uuid4().hex
     base = Schedule(

@@ -79,9 +79,7 @@ def test_lease_expires_ttl_after_it_was_acquired(storage: Storage, clock: Manual
     assert lease.expires_at == now + TTL_MS
 
 
-def test_acquire_by_the_holding_token_keeps_the_lease(
-    storage: Storage, clock: ManualClock
-) -> None:
+def test_acquire_by_the_holding_token_keeps_the_lease(storage: Storage, clock: ManualClock) -> None:
     storage.leases.acquire(KEY, "token-a", "node-a", TTL_MS)
     advance_ms(clock, TTL_MS // 2)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import pytest
@@ -453,3 +455,33 @@ def test_count_per_tenant_and_overall(storage: Storage) -> None:
     assert storage.schedules.count("globex") == 1
     assert storage.schedules.count("initech") == 0
     assert storage.schedules.count() == 4
+
+
+# --- concurrency ---------------------------------------------------------------------------
+
+WRITERS = 8
+
+
+def test_threads_updating_from_one_version_let_exactly_one_win(storage: Storage) -> None:
+    schedule = stored_schedule(storage)
+    barrier = threading.Barrier(WRITERS)
+
+    def update(jitter_ms: int) -> str:
+        barrier.wait(timeout=30)  # start every update together
+        try:
+            storage.schedules.update(
+                replace(schedule, jitter_ms=jitter_ms, version=2), expected_version=1
+            )
+        except StaleVersion:
+            return "stale"
+        return f"won:{jitter_ms}"
+
+    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
+        outcomes = list(pool.map(update, range(1, WRITERS + 1), timeout=60))
+
+    winners = [o for o in outcomes if o.startswith("won:")]
+    assert len(winners) == 1, outcomes
+    assert outcomes.count("stale") == WRITERS - 1
+    found = storage.schedules.get(schedule.id)
+    assert found is not None
+    assert (found.version, f"won:{found.jitter_ms}") == (2, winners[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import apsw
@@ -87,7 +88,10 @@ class SqliteScheduleStore:
 
     def update(self, schedule: Schedule, expected_version: int) -> Schedule:
         conn = self._pool.get()
-        values = schedule_values(schedule)
+        # The store, not the caller, decides the new version: a caller that forgot to bump it
+        # must not let a later stale writer through.
+        stored = replace(schedule, version=expected_version + 1)
+        values = schedule_values(stored)
         with storage_errors(self._pool.path), write_tx(conn):
             self._check_version(conn, schedule.id, schedule.tenant, expected_version)
             try:
@@ -100,7 +104,7 @@ class SqliteScheduleStore:
                     f"a schedule named {schedule.name!r} already exists in tenant "
                     f"{schedule.tenant!r}"
                 ) from None
-        return schedule
+        return stored
 
     def delete(self, schedule_id: str, tenant: str, expected_version: int | None = None) -> None:
         conn = self._pool.get()
