@@ -29,7 +29,8 @@ from engine.domain.schedule import (
 )
 from engine.domain.slots import slot_key
 from engine.domain.timeutil import iso_local, iso_utc, zone
-from engine.domain.triggers import CronTrigger, OneShotTrigger, SlotNote, Trigger
+from engine.domain.triggers import CronTrigger, OneShotTrigger, Trigger
+from engine.domain.wallclock import SlotNote
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage

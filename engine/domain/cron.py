@@ -8,6 +8,7 @@ instant, under the schedule's DST rules, is the trigger's job (see `triggers`).
 from __future__ import annotations
 
 import calendar
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,8 +23,19 @@ _ALL_SECONDS = tuple(range(60))
 _ALL_MINUTES = tuple(range(60))
 _ALL_HOURS = tuple(range(24))
 _ALL_MONTHS = tuple(range(1, 13))
-# A leap-day schedule (0 0 29 2 *) can wait eight years (2096 -> 2104); past that nothing matches.
-_SEARCH_YEARS = 9
+# The Gregorian calendar repeats every 400 years: a cron that matches no date in that span
+# matches none ever (a fifth Wednesday in February can take 28 years to come round).
+_SEARCH_YEARS = 400
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_RANGE = re.compile(r"(\d+)-(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,27 +130,43 @@ class CronSpec:
 def parse_cron(expression: str) -> CronSpec:
     """Parse a 5-field cron, or a 6-field one with seconds first. Raises InvalidInput."""
     text = " ".join(expression.split())
-    fields = text.split(" ")
     hint = (
         "write 5 fields (minute hour day-of-month month day-of-week, e.g. '30 2 * * *') "
         "or 6 with seconds first (e.g. '*/10 * * * * *')"
     )
-    if not text.startswith("@") and len(fields) not in (5, 6):
+    if text.startswith("@"):
+        if text.lower() not in ALIASES:
+            raise InvalidInput(
+                f"malformed cron {expression!r}: unknown alias (known: {', '.join(ALIASES)}); "
+                f"or {hint}"
+            )
+        fields = ALIASES[text.lower()].split(" ")
+    else:
+        fields = text.split(" ")
+    if len(fields) not in (5, 6):
         raise InvalidInput(f"malformed cron {expression!r}: {hint}")
-    upper = text.upper()
-    if "W" in upper.replace("WED", "") or "H" in upper.replace("THU", "").replace("@", ""):
+    for field in fields:
         # croniter silently drops 'W' and needs an id for 'H': refuse rather than misfire.
-        raise InvalidInput(
-            f"malformed cron {expression!r}: 'W' (nearest weekday) and 'H' (hashed) are not "
-            "supported"
-        )
-    croniter_form = text
-    if len(fields) == 6:
-        croniter_form = " ".join([*fields[1:], fields[0]])  # croniter puts seconds last
+        bare = field.upper()
+        for name in ("WED", "THU"):
+            bare = bare.replace(name, "")
+        if "W" in bare or "H" in bare:
+            raise InvalidInput(
+                f"malformed cron {expression!r}: 'W' (nearest weekday) and 'H' (hashed) are "
+                "not supported"
+            )
+        for low, high in _RANGE.findall(field):
+            if int(low) > int(high):
+                raise InvalidInput(
+                    f"malformed cron {expression!r}: the range {low}-{high} runs backwards; "
+                    f"write it as two ranges, e.g. {low}-59,0-{high}"
+                )
+    croniter_form = " ".join([*fields[1:], fields[0]]) if len(fields) == 6 else " ".join(fields)
     try:
         expanded, nth = croniter.expand(croniter_form)
     except (CroniterError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise InvalidInput(f"malformed cron {expression!r}: {exc}; {hint}") from None
+        detail = str(exc).replace(croniter_form, " ".join(fields))  # our field order, not theirs
+        raise InvalidInput(f"malformed cron {expression!r}: {detail}; {hint}") from None
     minutes, hours, doms, months, dows = expanded[:5]
     seconds: Sequence[int | str] = expanded[5] if len(expanded) > 5 else [0]
 

@@ -15,9 +15,8 @@ trigger has a single slot.
 
 from __future__ import annotations
 
-import calendar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any, Protocol
@@ -26,9 +25,7 @@ from zoneinfo import ZoneInfo
 from engine.domain.cron import CronSpec, parse_cron
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import SECOND_MS, format_duration, iso_utc, to_ms, zone
-
-# The widest DST shift any zone has used is two hours; three leaves a margin.
-_TRANSITION_REACH = timedelta(hours=3)
+from engine.domain.wallclock import Resolved, SlotNote, first_slot_after
 
 
 class RepeatedHour(StrEnum):
@@ -44,15 +41,6 @@ class MissingHour(StrEnum):
 
     SHIFT = "shift"
     SKIP = "skip"
-
-
-class SlotNote(StrEnum):
-    """How a DST transition touched a slot; shown by `preview`."""
-
-    NONE = ""
-    REPEATED_FIRST = "repeated hour, 1st"
-    REPEATED_SECOND = "repeated hour, 2nd"
-    SHIFTED = "shifted by DST gap"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,57 +103,38 @@ class CronTrigger:
 
     def slot_after(self, after_ms: int, tz: str) -> Slot | None:
         local = zone(tz)
-        after = datetime.fromtimestamp(after_ms / 1000, UTC)
-        offset_now = _offset(after, local)
-        reach = abs(
-            _offset(after + _TRANSITION_REACH, local) - _offset(after - _TRANSITION_REACH, local)
+        found = first_slot_after(
+            after_ms,
+            local,
+            self.spec.next_wall,
+            lambda wall: self._resolve(wall, local),
+            shift_gaps=self.missing is MissingHour.SHIFT,
         )
-        offsets = [offset_now]
-        if reach:
-            # Near a transition, wall times before `after`'s own can map to later instants
-            # (a repeated hour's second pass, a shifted gap), and later walls to earlier ones.
-            offsets += [_offset(after - reach, local), _offset(after + reach, local)]
-        lowest, highest = min(offsets), max(offsets)
-        candidate: datetime | None = (after + lowest).replace(tzinfo=None)
-        best: Slot | None = None
-        spec = self.spec
-        while True:
-            assert candidate is not None
-            candidate = spec.next_wall(candidate)
-            if candidate is None:
-                return best
-            if best is not None and _as_utc_ms(candidate - highest) > best.at_ms:
-                return best
-            for slot in self._instants(candidate, local):
-                if slot.at_ms <= after_ms:
-                    continue
-                if best is None or slot.at_ms < best.at_ms:
-                    best = slot
-                elif slot.at_ms == best.at_ms and slot.note is SlotNote.NONE:
-                    best = slot  # a real wall time and a shifted one coincide: it is the real one
-            if best is not None and lowest == highest:
-                return best
+        if found is None:
+            return None
+        at_ms, wall, resolved = found
+        return Slot(at_ms, resolved.note, wall)
 
-    def _instants(self, wall: datetime, local: ZoneInfo) -> list[Slot]:
+    def _resolve(self, wall: datetime, local: ZoneInfo) -> list[Resolved]:
         first = wall.replace(tzinfo=local, fold=0)
         second = wall.replace(tzinfo=local, fold=1)
         if first.utcoffset() == second.utcoffset():
-            return [Slot(to_ms(first), SlotNote.NONE, wall)]
+            return [Resolved(to_ms(first))]
         first_ms, second_ms = to_ms(first), to_ms(second)
         exists = datetime.fromtimestamp(first_ms / 1000, local).replace(tzinfo=None) == wall
         if exists:  # the wall time occurs twice; fold 0 is the earlier pass
             if self.repeated is RepeatedHour.FIRST:
-                return [Slot(first_ms, SlotNote.REPEATED_FIRST, wall)]
+                return [Resolved(first_ms, SlotNote.REPEATED_FIRST)]
             if self.repeated is RepeatedHour.LAST:
-                return [Slot(second_ms, SlotNote.REPEATED_SECOND, wall)]
+                return [Resolved(second_ms, SlotNote.REPEATED_SECOND)]
             return [
-                Slot(first_ms, SlotNote.REPEATED_FIRST, wall),
-                Slot(second_ms, SlotNote.REPEATED_SECOND, wall),
+                Resolved(first_ms, SlotNote.REPEATED_FIRST),
+                Resolved(second_ms, SlotNote.REPEATED_SECOND),
             ]
         if self.missing is MissingHour.SKIP:
             return []
         # fold 0 reads a skipped wall time with the offset in force before the gap.
-        return [Slot(first_ms, SlotNote.SHIFTED, wall)]
+        return [Resolved(first_ms, SlotNote.SHIFTED)]
 
     def to_spec(self) -> dict[str, Any]:
         return {
@@ -238,11 +207,15 @@ def trigger_from_spec(kind: str, spec: dict[str, Any]) -> Trigger:
     raise InvalidInput(f"unknown trigger kind {kind!r}")
 
 
-def _offset(moment: datetime, local: ZoneInfo) -> timedelta:
-    offset = moment.astimezone(local).utcoffset()
-    assert offset is not None
-    return offset
-
-
-def _as_utc_ms(naive: datetime) -> int:
-    return calendar.timegm(naive.timetuple()) * 1000
+__all__ = [
+    "CronTrigger",
+    "IntervalTrigger",
+    "MissingHour",
+    "OneShotTrigger",
+    "RepeatedHour",
+    "Slot",
+    "SlotNote",
+    "Trigger",
+    "next_after",
+    "trigger_from_spec",
+]

@@ -1,0 +1,237 @@
+"""From matching wall-clock times to instants, one stretch of constant UTC offset at a time.
+
+Between two transitions of a zone, wall time and UTC differ by one fixed offset, so the first
+matching wall time after an instant is also the first slot. Around a transition that breaks down
+in two ways, and both are handled here rather than by scanning every wall time nearby:
+
+- autumn: the wall times just before the transition repeat just after it, so a wall time that
+  is *earlier* than another can name a *later* instant; the DST rule decides which pass counts;
+- spring: the wall times in the gap do not exist; shifted forward by the gap, they land among
+  the real wall times after the transition, possibly *after* a real slot that follows them in
+  wall order (Lord Howe's 30-minute gap: 02:15 shifted is 02:45, after a real 02:30).
+
+The search walks forward in windows that hold at most one transition each, asking the cron for
+the first matching wall time in each, so a call costs a few wall-time look-ups even for
+second-level crons on the day of a transition.
+"""
+
+from __future__ import annotations
+
+import calendar
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from zoneinfo import ZoneInfo
+
+from engine.domain.timeutil import DAY_MS, HOUR_MS
+
+# A window holds at most one transition: real zones change offset months apart. Two
+# transitions closer than this would be seen as none (a known limit; no current zone does it).
+WINDOW_MS = 6 * DAY_MS
+# The widest shift any zone has used is two hours; the reach looks back a little further.
+REACH_MS = 3 * HOUR_MS
+# 400 years is the Gregorian cycle: a cron that matches no date in it matches none ever.
+MAX_WINDOWS = 200_000
+
+NextWall = Callable[[datetime], "datetime | None"]
+
+
+class SlotNote(StrEnum):
+    """How a DST transition touched a slot; shown by `preview`."""
+
+    NONE = ""
+    REPEATED_FIRST = "repeated hour, 1st"
+    REPEATED_SECOND = "repeated hour, 2nd"
+    SHIFTED = "shifted by DST gap"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """One instant a wall time stands for under the DST rules."""
+
+    at_ms: int
+    note: SlotNote = SlotNote.NONE
+
+    @property
+    def shifted(self) -> bool:
+        return self.note is SlotNote.SHIFTED
+
+
+# Resolves one wall time into its allowed instants (empty when the rules drop it).
+Resolve = Callable[[datetime], list[Resolved]]
+
+
+def offset_ms(instant_ms: int, local: ZoneInfo) -> int:
+    """The zone's UTC offset at an instant."""
+    delta = datetime.fromtimestamp(instant_ms / 1000, local).utcoffset()
+    assert delta is not None
+    return int(delta.total_seconds() * 1000)
+
+
+# Per zone, the latest span (lo, hi] known to hold no transition: most calls fall inside it
+# and skip the transition searches. Offsets never change, so the cache cannot go stale.
+_stable: dict[str, tuple[int, int]] = {}
+
+
+def _without_transition(lo: int, hi: int, local: ZoneInfo) -> bool:
+    known = _stable.get(local.key)
+    return known is not None and known[0] <= lo and hi <= known[1]
+
+
+def _remember_stable(lo: int, hi: int, local: ZoneInfo) -> None:
+    known = _stable.get(local.key)
+    if known is not None and lo <= known[1] and known[0] <= hi:
+        # Overlapping spans without a transition join into one (assuming, as everywhere
+        # here, no two transitions within a window).
+        lo, hi = min(lo, known[0]), max(hi, known[1])
+    _stable[local.key] = (lo, hi)
+
+
+def wall_ms(wall: datetime) -> int:
+    """A naive wall time read as if it were UTC, in milliseconds."""
+    return calendar.timegm(wall.timetuple()) * 1000 + wall.microsecond // 1000
+
+
+def wall_of(ms: int) -> datetime:
+    """The inverse of `wall_ms`."""
+    return datetime(1970, 1, 1) + timedelta(milliseconds=ms)
+
+
+def transition_in(lo: int, hi: int, local: ZoneInfo) -> int | None:
+    """The first instant in (lo, hi] whose offset differs from the one just after `lo`.
+
+    Assumes at most one transition in the span (see WINDOW_MS).
+    """
+    if _without_transition(lo, hi, local):
+        return None
+    base = offset_ms(lo + 1, local)
+    if offset_ms(hi, local) == base:
+        # Look one window further while at it, so the calls that follow skip the search.
+        further = hi + WINDOW_MS
+        _remember_stable(lo, further if offset_ms(further, local) == base else hi, local)
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offset_ms(mid, local) == base:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    at_ms: int
+    before_ms: int  # offset before
+    after_ms: int  # offset after
+
+    @property
+    def is_gap(self) -> bool:
+        return self.after_ms > self.before_ms
+
+
+def _transition(at_ms: int, local: ZoneInfo) -> Transition:
+    return Transition(at_ms, offset_ms(at_ms - 1, local), offset_ms(at_ms, local))
+
+
+def first_slot_after(
+    after_ms: int, local: ZoneInfo, next_wall: NextWall, resolve: Resolve, shift_gaps: bool
+) -> tuple[int, datetime, Resolved] | None:
+    """The earliest allowed instant strictly after `after_ms`, with its wall time.
+
+    `next_wall(w)` is the first matching wall time strictly after `w`; `resolve(w)` applies the
+    DST rules to one wall time; `shift_gaps` says whether gap wall times move forward.
+    """
+    best: tuple[int, datetime, Resolved] | None = None
+
+    def consider(found: tuple[int, datetime, Resolved] | None) -> None:
+        nonlocal best
+        if found is None or found[0] <= after_ms:
+            return
+        # Equal instants: a real wall time beats a shifted one.
+        if best is None or found[0] < best[0] or (found[0] == best[0] and not found[2].shifted):
+            best = found
+
+    start = after_ms
+    # A transition at after_ms + 1 starts the first region: it counts as behind, not ahead.
+    behind = transition_in(after_ms - REACH_MS, after_ms + 1, local)
+    region_start = None if behind is None else _transition(behind, local)
+    if region_start is not None and region_start.is_gap and shift_gaps:
+        consider(_gap_slot(region_start, after_ms, next_wall, resolve))
+    for _ in range(MAX_WINDOWS):
+        offset = offset_ms(start + 1, local)
+        ahead = transition_in(start, start + WINDOW_MS, local)
+        end = start + WINDOW_MS if ahead is None else ahead
+        found, wall = _first_in_region(start, end, offset, region_start, next_wall, resolve)
+        consider(found)
+        if ahead is not None and shift_gaps:
+            upcoming = _transition(ahead, local)
+            if upcoming.is_gap:
+                consider(_gap_slot(upcoming, after_ms, next_wall, resolve))
+        if best is not None and best[0] < end:
+            # Every later window's slots are at or after this one's end.
+            return best
+        if wall is None:
+            return best  # the cron matches no later wall time at all
+        if ahead is not None:
+            region_start = _transition(ahead, local)
+            start = ahead - 1
+        else:
+            # No transition here and the next match is further on: go to its window.
+            region_start = None
+            start = max(end, wall_ms(wall) - offset - WINDOW_MS // 2) - 1
+    return best
+
+
+def _first_in_region(
+    start: int,
+    end: int,
+    offset: int,
+    region_start: Transition | None,
+    next_wall: NextWall,
+    resolve: Resolve,
+) -> tuple[tuple[int, datetime, Resolved] | None, datetime | None]:
+    """The first allowed slot with instant in (start, end) at a constant `offset`.
+
+    Returns (slot or None, the last matching wall time looked at, None when the cron has none).
+    """
+    wall: datetime | None = wall_of(start + offset)
+    while True:
+        assert wall is not None
+        wall = next_wall(wall)
+        if wall is None:
+            return None, None
+        instant = wall_ms(wall) - offset
+        if instant >= end:
+            return None, wall
+        passes = resolve(wall)
+        for resolved in passes:
+            if resolved.at_ms == instant:
+                return (instant, wall, resolved), wall
+        # The rules refuse this pass of a repeated wall time.
+        if region_start is not None and region_start.before_ms > offset:
+            # Just after an autumn transition, the second pass is refused: skip the rest of
+            # the repeated range.
+            repeated_end = wall_of(region_start.at_ms + region_start.before_ms)
+            if wall < repeated_end:
+                wall = repeated_end - timedelta(seconds=1)
+                continue
+        # Just before one, the first pass is refused: the rest of this region repeats.
+        return None, wall
+
+
+def _gap_slot(
+    transition: Transition, after_ms: int, next_wall: NextWall, resolve: Resolve
+) -> tuple[int, datetime, Resolved] | None:
+    """The first shifted slot of a spring transition's gap that is after `after_ms`."""
+    gap_start = transition.at_ms + transition.before_ms
+    gap_end = transition.at_ms + transition.after_ms
+    earliest = max(gap_start - 1000, after_ms + transition.before_ms)
+    wall = next_wall(wall_of(earliest))
+    while wall is not None and wall_ms(wall) < gap_end:
+        for resolved in resolve(wall):
+            if resolved.shifted and resolved.at_ms > after_ms:
+                return resolved.at_ms, wall, resolved
+        wall = next_wall(wall)
+    return None
