@@ -119,16 +119,10 @@ class ScheduleService:
 
     def create(self, spec: ScheduleSpec, *, actor: str) -> Schedule:
         """Validate and store a new schedule, active, its cursor at the first slot from now."""
-        validate_name(spec.name)
-        validate_name(spec.tenant, what="tenant")
-        zone(spec.timezone)
-        self.commands.get(spec.command)
-        payload = validate_payload(dict(spec.payload))
-        metadata = validate_metadata(spec.metadata)
-        validate_jitter(spec.jitter_ms)
         now = self._clock.now_ms()
+        first = validate_spec(spec, self.commands, now)
+        payload, metadata = dict(spec.payload), dict(spec.metadata)
         schedule_id = uuid.uuid4().hex
-        first = self._first_slot(spec.trigger, spec.timezone, now)
         schedule = Schedule(
             id=schedule_id,
             tenant=spec.tenant,
@@ -169,11 +163,13 @@ class ScheduleService:
         note: str | None = None,
         expected_version: int | None = None,
     ) -> Schedule:
-        """Stop dispatching. Pausing a paused schedule changes nothing."""
+        """Stop dispatching. Pausing a paused schedule again only replaces its note, if given."""
         if note is not None and len(note) > NOTE_MAX:
             raise InvalidInput(f"the note is {len(note)} characters: at most {NOTE_MAX}")
         schedule = self._current(name, tenant, expected_version)
-        if schedule.status is ScheduleStatus.PAUSED:
+        if schedule.status is ScheduleStatus.PAUSED and (
+            note is None or note == schedule.pause_note
+        ):
             return schedule
         changed = self._storage.schedules.update(
             replace(
@@ -243,18 +239,33 @@ class ScheduleService:
             )
         return schedule
 
-    @staticmethod
-    def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
-        slot = trigger.slot_after(now - 1, tz)
-        if slot is None:
-            if isinstance(trigger, OneShotTrigger):
-                raise InvalidInput(
-                    f"the instant {iso_utc(trigger.at_ms)} is in the past: give a future one"
-                )
-            if isinstance(trigger, CronTrigger):
-                raise InvalidInput(
-                    f"cron {trigger.expression!r} never matches a date (e.g. 31 February): "
-                    "check the day and month fields"
-                )
-            raise InvalidInput("the trigger has no future slot")
-        return slot.at_ms
+
+def validate_spec(spec: ScheduleSpec, commands: CommandRegistry, now_ms: int) -> int:
+    """Check everything about a new schedule that needs no storage; return its first slot.
+
+    Front ends call this before they touch the database, so a refused schedule creates nothing.
+    """
+    validate_name(spec.name)
+    validate_name(spec.tenant, what="tenant")
+    zone(spec.timezone)
+    commands.get(spec.command)
+    validate_payload(dict(spec.payload))
+    validate_metadata(spec.metadata)
+    validate_jitter(spec.jitter_ms)
+    return _first_slot(spec.trigger, spec.timezone, now_ms)
+
+
+def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
+    slot = trigger.slot_after(now - 1, tz)
+    if slot is None:
+        if isinstance(trigger, OneShotTrigger):
+            raise InvalidInput(
+                f"the instant {iso_utc(trigger.at_ms)} is in the past: give a future one"
+            )
+        if isinstance(trigger, CronTrigger):
+            raise InvalidInput(
+                f"cron {trigger.expression!r} never matches a date (e.g. 31 February): "
+                "check the day and month fields"
+            )
+        raise InvalidInput("the trigger has no future slot")
+    return slot.at_ms

@@ -14,6 +14,10 @@ MINUTE_MS = 60 * SECOND_MS
 HOUR_MS = 60 * MINUTE_MS
 DAY_MS = 24 * HOUR_MS
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DURATION_MAX_MS = 3660 * DAY_MS  # ten years: longer is a typo, and would overflow dates
+# Instants users may give: the epoch up to the year 3000 (far enough, and every zone converts).
+INSTANT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+INSTANT_MAX = datetime(3000, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
 _DURATION_PART = re.compile(r"(\d+)(ms|s|m|h|d|w)")
@@ -36,10 +40,15 @@ def zone(name: str) -> ZoneInfo:
 def parse_duration(text: str, *, what: str = "duration") -> int:
     """`90`, `30s`, `5m`, `1h`, `1h30m`, `1d`, `250ms` to milliseconds. A bare number is seconds."""
     raw = text.strip().lower()
+    value: int | None = None
     if re.fullmatch(r"\d+", raw):
-        return int(raw) * SECOND_MS
-    if raw and _DURATION_PART.sub("", raw) == "" and _DURATION_PART.match(raw):
-        return sum(int(n) * _UNIT_MS[u] for n, u in _DURATION_PART.findall(raw))
+        value = int(raw) * SECOND_MS
+    elif raw and _DURATION_PART.sub("", raw) == "" and _DURATION_PART.match(raw):
+        value = sum(int(n) * _UNIT_MS[u] for n, u in _DURATION_PART.findall(raw))
+    if value is not None:
+        if value > DURATION_MAX_MS:
+            raise InvalidInput(f"{what} {text!r} is too long: at most {DURATION_MAX_MS // DAY_MS}d")
+        return value
     raise InvalidInput(
         f"{what} {text!r} is not a duration: write seconds (90) or a number with a unit "
         "(30s, 5m, 1h, 1h30m, 2d)"
@@ -87,6 +96,8 @@ def parse_instant(text: str, tz: str = "UTC") -> int:
                 "add the UTC offset, e.g. +01:00"
             )
         parsed = first
+    if not INSTANT_MIN <= parsed < INSTANT_MAX:
+        raise InvalidInput(f"{text!r} is out of range: give an instant from 1970 to 2999")
     return to_ms(parsed)
 
 

@@ -10,12 +10,8 @@ import typer
 from engine.api import DEFAULT_DB
 from vortos_tui.cli import db, runs, schedule
 from vortos_tui.cli.context import CliState
+from vortos_tui.cli.output import EXIT_CODES
 from vortos_tui.cli.run import run
-
-EXIT_CODES = """\
-Exit codes: 0 ok · 1 error (storage, unexpected) · 2 usage or invalid input ·
-3 not found · 5 conflict or stale.
-"""
 
 app = typer.Typer(
     name="vortos",

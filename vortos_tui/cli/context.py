@@ -26,6 +26,11 @@ def open_for_write(ctx: typer.Context) -> Engine:
     return open_engine(state(ctx).db, create=True)
 
 
+def open_existing(ctx: typer.Context) -> Engine:
+    """For changes to what is stored: a missing database is an error, not created."""
+    return open_engine(state(ctx).db, create=False)
+
+
 def open_for_read(ctx: typer.Context) -> Engine:
     return open_engine(state(ctx).db, create=False, readonly=True)
 

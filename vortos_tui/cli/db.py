@@ -8,12 +8,12 @@ import typer
 from rich.table import Table
 
 from vortos_tui.cli.context import open_for_read, open_for_write
-from vortos_tui.cli.output import emit_json, handles_errors, say, stdout
+from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 
 app = typer.Typer(help="Create, upgrade and inspect the database.", no_args_is_help=True)
 
 
-@app.command("init")
+@app.command("init", epilog=EXIT_CODES)
 @handles_errors
 def init(ctx: typer.Context) -> None:
     """Create the database, or upgrade an older schema in place. Safe to repeat."""
@@ -22,7 +22,7 @@ def init(ctx: typer.Context) -> None:
         say(f"database ready: {info['path']} (schema version {info['schema_version']})")
 
 
-@app.command("info")
+@app.command("info", epilog=EXIT_CODES)
 @handles_errors
 def info(
     ctx: typer.Context,

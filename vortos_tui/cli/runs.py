@@ -11,13 +11,13 @@ from engine.domain.schedule import DEFAULT_TENANT
 from engine.domain.timeutil import parse_instant
 from engine.ports import RunQuery
 from vortos_tui.cli.context import open_for_read
-from vortos_tui.cli.output import emit_json, handles_errors, say, stdout
+from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 from vortos_tui.cli.views import run_json, runs_table
 
 app = typer.Typer(help="Read the run ledger.", no_args_is_help=True)
 
 
-@app.command("list")
+@app.command("list", epilog=EXIT_CODES)
 @handles_errors
 def list_(
     ctx: typer.Context,

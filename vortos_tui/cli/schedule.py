@@ -19,11 +19,14 @@ from engine import (
     ScheduleStatus,
     Trigger,
 )
+from engine.commands import builtin_commands
+from engine.domain.clock import SystemClock
 from engine.domain.errors import InvalidInput
 from engine.domain.schedule import DEFAULT_TENANT, parse_payload, validate_name
 from engine.domain.timeutil import DAY_MS, parse_duration, parse_instant
-from vortos_tui.cli.context import open_for_read, open_for_write, operator
-from vortos_tui.cli.output import emit_json, handles_errors, say, stdout
+from engine.service import validate_spec
+from vortos_tui.cli.context import open_existing, open_for_read, open_for_write, operator
+from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 from vortos_tui.cli.views import (
     preview_json,
     preview_table,
@@ -89,7 +92,7 @@ def parse_meta(pairs: list[str]) -> dict[str, str]:
     return meta
 
 
-@app.command("add")
+@app.command("add", epilog=EXIT_CODES)
 @handles_errors
 def add(
     ctx: typer.Context,
@@ -161,31 +164,35 @@ def add(
     grace = parse_duration(misfire_grace, what="misfire grace")
     if max_age > 366 * DAY_MS:
         raise InvalidInput("maximum catch-up age must be at most 366d")
-    spec_payload = parse_payload(payload)
+    now = SystemClock().now_ms()
+    trigger = build_trigger(
+        cron=cron,
+        every=every,
+        at=at,
+        start=start,
+        tz=tz,
+        repeated=dst_repeated,
+        missing=dst_missing,
+        now_ms=now,
+    )
+    spec = ScheduleSpec(
+        name=name,
+        trigger=trigger,
+        command=command,
+        payload=parse_payload(payload),
+        timezone=tz,
+        tenant=tenant,
+        misfire=MisfirePolicy(
+            misfire, 100 if catch_up_cap is None else catch_up_cap, max_age, grace
+        ),
+        overlap=overlap,
+        jitter_ms=parse_duration(jitter, what="jitter"),
+        sensitive=sensitive,
+        metadata=parse_meta(meta or []),
+    )
+    # Everything that can be refused is refused before the database is created or opened.
+    validate_spec(spec, builtin_commands(), now)
     with open_for_write(ctx) as engine:
-        trigger = build_trigger(
-            cron=cron,
-            every=every,
-            at=at,
-            start=start,
-            tz=tz,
-            repeated=dst_repeated,
-            missing=dst_missing,
-            now_ms=engine.clock.now_ms(),
-        )
-        spec = ScheduleSpec(
-            name=name,
-            trigger=trigger,
-            command=command,
-            payload=spec_payload,
-            timezone=tz,
-            tenant=tenant,
-            misfire=MisfirePolicy(misfire, catch_up_cap or 100, max_age, grace),
-            overlap=overlap,
-            jitter_ms=parse_duration(jitter, what="jitter"),
-            sensitive=sensitive,
-            metadata=parse_meta(meta or []),
-        )
         schedule = engine.service.create(spec, actor=operator())
         if as_json:
             emit_json(schedule_json(schedule))
@@ -194,7 +201,7 @@ def add(
             stdout.print(schedule_table(schedule, engine.clock.now_ms()))
 
 
-@app.command("list")
+@app.command("list", epilog=EXIT_CODES)
 @handles_errors
 def list_(
     ctx: typer.Context,
@@ -216,7 +223,7 @@ def list_(
             stdout.print(schedules_table(schedules, engine.clock.now_ms()))
 
 
-@app.command("show")
+@app.command("show", epilog=EXIT_CODES)
 @handles_errors
 def show(
     ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
@@ -230,7 +237,7 @@ def show(
             stdout.print(schedule_table(schedule, engine.clock.now_ms()))
 
 
-@app.command("preview")
+@app.command("preview", epilog=EXIT_CODES)
 @handles_errors
 def preview(
     ctx: typer.Context,
@@ -250,7 +257,7 @@ def preview(
             stdout.print(preview_table(slots))
 
 
-@app.command("pause")
+@app.command("pause", epilog=EXIT_CODES)
 @handles_errors
 def pause(
     ctx: typer.Context,
@@ -260,7 +267,7 @@ def pause(
     as_json: Json = False,
 ) -> None:
     """Stop dispatching a schedule until it is resumed."""
-    with open_for_write(ctx) as engine:
+    with open_existing(ctx) as engine:
         schedule = engine.service.pause(name, tenant=tenant, note=note, actor=operator())
         if as_json:
             emit_json(schedule_json(schedule))
@@ -268,13 +275,13 @@ def pause(
             say(f"paused {schedule.tenant}/{schedule.name}")
 
 
-@app.command("resume")
+@app.command("resume", epilog=EXIT_CODES)
 @handles_errors
 def resume(
     ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
 ) -> None:
     """Dispatch again from the next slot; slots missed while paused do not fire."""
-    with open_for_write(ctx) as engine:
+    with open_existing(ctx) as engine:
         schedule = engine.service.resume(name, tenant=tenant, actor=operator())
         if as_json:
             emit_json(schedule_json(schedule))
@@ -282,13 +289,13 @@ def resume(
             say(f"resumed {schedule.tenant}/{schedule.name}")
 
 
-@app.command("delete")
+@app.command("delete", epilog=EXIT_CODES)
 @handles_errors
 def delete(
     ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
 ) -> None:
     """Delete a schedule. Its runs stay in the ledger."""
-    with open_for_write(ctx) as engine:
+    with open_existing(ctx) as engine:
         schedule = engine.service.delete(name, tenant=tenant, actor=operator())
         if as_json:
             emit_json(schedule_json(schedule))
