@@ -107,13 +107,13 @@ def to_ms(moment: datetime) -> int:
 
 
 def utc(ms: int) -> datetime:
-    """Epoch milliseconds to an aware UTC datetime."""
-    return datetime.fromtimestamp(ms / 1000, UTC)
+    """Epoch milliseconds to an aware UTC datetime (exact: no float seconds in between)."""
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
 def local(ms: int, tz: str) -> datetime:
     """Epoch milliseconds to an aware datetime in the zone `tz`."""
-    return datetime.fromtimestamp(ms / 1000, zone(tz))
+    return utc(ms).astimezone(zone(tz))
 
 
 def iso_local(ms: int, tz: str) -> str:

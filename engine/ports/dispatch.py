@@ -4,33 +4,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from engine.domain.misfire import SlotPlan
 from engine.domain.schedule import Schedule
 
 
-@dataclass(frozen=True, slots=True)
-class DispatchedFire:
+class DispatchedFire(NamedTuple):
+    """One fire a dispatch wrote. A tuple in the column order of a run row, so the hot path
+    writes these very objects."""
+
+    run_id: int
+    tenant: str
     schedule_id: str
     schedule_name: str
-    tenant: str
     slot_key: str
     slot_at: int
     due_at: int
-    run_id: int
+    dispatched_at: int
+    node_id: str
 
 
 @dataclass(slots=True)
 class DispatchReport:
     """What one dispatch transaction did."""
 
-    scanned: int = 0  # due schedules read
+    scanned: int = 0  # due schedules resolved
+    truncated: bool = False  # the fire limit was reached: more is due right now
     dispatched: list[DispatchedFire] = field(default_factory=list)
     already_dispatched: int = 0
     skipped_missed: int = 0
     dropped_aged: int = 0
-    plans: dict[str, SlotPlan] = field(default_factory=dict)  # by "tenant/name"
+    plans: dict[str, SlotPlan] = field(default_factory=dict)  # by "tenant/name", when slots
+    # were skipped or dropped
     failed: dict[str, str] = field(default_factory=dict)  # schedule id -> why it was held back
 
 
@@ -45,8 +51,9 @@ class DispatchPort(Protocol):
     Contract (one transaction per call):
     - First checks that `token` holds the live lease `lease_key`; if not, raises LeaseNotOwned or
       LeaseExpired and writes nothing (fencing: a deposed leader cannot dispatch).
-    - Reads at most `limit` active schedules with `next_fire_at <= now_ms`, soonest first, through
-      an index (cost follows the number due, not the number stored).
+    - Reads active schedules with `next_fire_at <= now_ms`, soonest first, through an index (cost
+      follows the number due, not the number stored), and dispatches at most about `limit`
+      fires: schedules past that stay due, and `truncated` says so.
     - For each, asks `resolve(schedule, cursor)` for a plan; records a run (unique slot key) and a
       fire for each planned slot, skipping slots whose key the ledger already holds; moves the
       schedule's cursor to the plan's.

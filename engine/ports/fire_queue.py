@@ -8,9 +8,8 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True, slots=True)
 class Fire:
-    """One fire waiting for (or taken by) a consumer."""
+    """One fire waiting for (or taken by) a consumer; identified by its run."""
 
-    id: int
     run_id: int
     tenant: str
     schedule_id: str

@@ -11,7 +11,8 @@ from engine.domain.run import NewRun, Run, RunState
 
 @dataclass(frozen=True, slots=True)
 class RunQuery:
-    """Which runs to list, newest slot first. `tenant=None` means every tenant."""
+    """Which runs to list, newest first: by slot within one schedule, by dispatch order across
+    schedules. `tenant=None` means every tenant."""
 
     tenant: str | None = None
     schedule_id: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from engine.ports.dispatch import ChangeFeed, DispatchPort
@@ -33,6 +34,11 @@ class Storage(Protocol):
 
     @property
     def changes(self) -> ChangeFeed: ...
+
+    def serving(self) -> AbstractContextManager[None]:
+        """The context a daemon dispatches in, from the calling thread: a backend may tune that
+        thread's connection and run housekeeping beside it until the context ends."""
+        ...
 
     def describe(self) -> dict[str, Any]:
         """Facts about the store for operators (`vortos db info`)."""

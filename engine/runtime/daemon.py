@@ -27,7 +27,7 @@ log = logging.getLogger("vortos.daemon")
 LEADER_LEASE = "scheduler:leader"
 DEFAULT_LEASE_TTL_MS = 15_000
 MIN_LEASE_TTL_MS = 1_000
-DEFAULT_BATCH = 1_000
+DEFAULT_BATCH = 2_000  # fires per dispatch transaction
 MAX_IDLE_MS = 60_000
 # No dispatch once this share of the TTL has passed without a successful renewal: the lease
 # may be about to pass to someone else.
@@ -94,7 +94,7 @@ class SchedulerDaemon:
             self._lose(f"dispatch refused: {exc}")
             return 0.0
         self._report(report, now)
-        if report.scanned >= self.config.batch:
+        if report.truncated or report.scanned >= self.config.batch:
             return 0.0  # more is due: go again at once
         wake = now + MAX_IDLE_MS
         next_due = self._storage.dispatcher.next_due_at()
@@ -105,22 +105,26 @@ class SchedulerDaemon:
 
     def run(self) -> None:
         """Loop until `stop()`; release the lease on the way out."""
-        backoff = 0.5
         try:
-            while not self._stop.is_set():
-                try:
-                    delay = self.step()
-                    backoff = 0.5
-                except StorageError as exc:
-                    log.error("storage error: %s (retrying in %.1fs)", exc, backoff)
-                    delay, backoff = backoff, min(backoff * 2, 30.0)
-                if delay <= 0 or self._stop.is_set():
-                    continue
-                # A change by another process may bring a slot forward (leader) or free the
-                # lease (standby): wake for it rather than sleep the whole delay.
-                self._storage.changes.wait(delay)
+            with self._storage.serving():
+                self._loop()
         finally:
             self.release()
+
+    def _loop(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                delay = self.step()
+                backoff = 0.5
+            except StorageError as exc:
+                log.error("storage error: %s (retrying in %.1fs)", exc, backoff)
+                delay, backoff = backoff, min(backoff * 2, 30.0)
+            if delay <= 0 or self._stop.is_set():
+                continue
+            # A change by another process may bring a slot forward (leader) or free the
+            # lease (standby): wake for it rather than sleep the whole delay.
+            self._storage.changes.wait(delay)
 
     def stop(self) -> None:
         self._stop.set()

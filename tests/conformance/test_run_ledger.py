@@ -256,14 +256,24 @@ def test_state_of_without_a_tenant_sees_every_tenant(storage: Storage) -> None:
 # --- query and count -----------------------------------------------------------------------
 
 
-def test_query_lists_runs_newest_slot_first(storage: Storage) -> None:
+def test_query_of_one_schedule_lists_its_runs_newest_slot_first(storage: Storage) -> None:
+    schedule = stored_schedule(storage)
+    for slot in (SLOT_2, FIRST_SLOT, SLOT_3):
+        storage.runs.record(make_run(schedule, slot), SLOT_3 + 1)
+
+    found = storage.runs.query(RunQuery(schedule_id=schedule.id))
+
+    assert [r.slot_at for r in found] == [SLOT_3, SLOT_2, FIRST_SLOT]
+
+
+def test_query_across_schedules_lists_runs_newest_dispatched_first(storage: Storage) -> None:
     schedule = stored_schedule(storage)
     for slot in (SLOT_2, FIRST_SLOT, SLOT_3):
         storage.runs.record(make_run(schedule, slot), SLOT_3 + 1)
 
     found = storage.runs.query(RunQuery())
 
-    assert [r.slot_at for r in found] == [SLOT_3, SLOT_2, FIRST_SLOT]
+    assert [r.slot_at for r in found] == [SLOT_3, FIRST_SLOT, SLOT_2]
 
 
 def test_query_by_schedule_returns_only_its_runs(storage: Storage) -> None:

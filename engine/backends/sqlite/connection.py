@@ -261,6 +261,17 @@ class ConnectionPool:
                 self._all.append(conn)
         return conn
 
+    def release_current(self) -> None:
+        """Close this thread's connection (a thread that is about to end)."""
+        conn: apsw.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        conn.close()
+
     def close(self) -> None:
         with self._lock:
             for conn in self._all:

@@ -15,13 +15,12 @@ from engine.backends.sqlite.connection import (
     ConnectionPool,
     first,
     rows,
+    scalar,
     storage_errors,
     write_tx,
 )
-from engine.backends.sqlite.runs import INSERT_RUN
 from engine.domain.errors import LeaseExpired, LeaseNotOwned, VortosError
 from engine.domain.misfire import due_at
-from engine.domain.run import RunKind
 from engine.domain.schedule import Schedule, canonical_json
 from engine.domain.slots import slot_key
 from engine.ports.dispatch import DispatchedFire, DispatchReport, Resolver
@@ -31,16 +30,21 @@ _DUE = (
     "WHERE status = 'active' AND next_fire_at IS NOT NULL AND next_fire_at <= ? "
     "ORDER BY next_fire_at LIMIT ?"
 )
-_INSERT_FIRE = (
-    "INSERT INTO fire_queue (run_id, tenant, schedule_id, slot_key, slot_at, command, payload, "
-    "available_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_RUNS = (
+    "INSERT INTO runs (id, tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, "
+    "state, dispatched_at, node_id) VALUES (?, ?, ?, ?, ?, ?, ?, 'scheduled', 'dispatched', ?, ?) "
+    "ON CONFLICT (slot_at, slot_key, tenant) DO NOTHING"
+)
+_INSERT_FIRES = (
+    "INSERT INTO fire_queue (run_id, tenant, schedule_id, slot_at, command, payload, "
+    "available_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _ADVANCE = "UPDATE schedules SET next_slot_at = ?, next_fire_at = ? WHERE id = ?"
 # A schedule whose definition cannot be read or resolved is looked at again after this long.
 RETRY_BROKEN_MS = 60_000
 # Decoded definitions of recently due schedules. Bounded: the daemon must not hold every
 # schedule in memory when a million are stored.
-_CACHE_SIZE = 20_000
+_CACHE_SIZE = 50_000
 
 
 class SqliteDispatcher:
@@ -67,9 +71,17 @@ class SqliteDispatcher:
             if lease[1] <= now_ms:
                 raise LeaseExpired(f"lease {lease_key} expired before dispatch")
             due = rows(conn, _DUE, (now_ms, limit))
-            report.scanned = len(due)
+            # We hold the write lock: nobody else can insert runs until we commit, so the ids
+            # can be handed out here and the rows written with executemany.
+            first_id = int(scalar(conn, "SELECT coalesce(max(id), 0) FROM runs")) + 1
+            runs: list[DispatchedFire] = []
+            fires: list[tuple[Any, ...]] = []
             advances: list[tuple[Any, ...]] = []
             for sid, version, cursor in due:
+                if len(runs) >= limit:
+                    report.truncated = True  # the rest stay due for the next transaction
+                    break
+                report.scanned += 1
                 try:
                     schedule, payload = self._definition(sid, version)
                     plan = resolve(schedule, cursor)
@@ -79,57 +91,38 @@ class SqliteDispatcher:
                     report.failed[sid] = f"{type(exc).__name__}: {exc}"
                     advances.append((cursor, now_ms + RETRY_BROKEN_MS, sid))
                     continue
-                report.plans[f"{schedule.tenant}/{schedule.name}"] = plan
+                if plan.skipped_missed or plan.dropped_aged:
+                    report.plans[f"{schedule.tenant}/{schedule.name}"] = plan
                 report.skipped_missed += plan.skipped_missed
                 report.dropped_aged += plan.dropped_aged
+                tenant, name, tz = schedule.tenant, schedule.name, schedule.timezone
                 for slot_at in plan.fire:
-                    key = slot_key(sid, slot_at, schedule.timezone)
-                    due_instant = due_at(sid, slot_at, schedule.timezone, schedule.jitter_ms)
-                    conn.execute(
-                        INSERT_RUN,
-                        (
-                            schedule.tenant,
-                            sid,
-                            schedule.name,
-                            key,
-                            slot_at,
-                            due_instant,
-                            RunKind.SCHEDULED.value,
-                            now_ms,
-                            node_id,
-                        ),
-                    )
-                    if conn.changes() == 0:
-                        report.already_dispatched += 1
-                        continue
-                    run_id = conn.last_insert_rowid()
-                    conn.execute(
-                        _INSERT_FIRE,
-                        (
-                            run_id,
-                            schedule.tenant,
-                            sid,
-                            key,
-                            slot_at,
-                            schedule.command,
-                            payload,
-                            slot_at,
-                            now_ms,
-                        ),
-                    )
-                    report.dispatched.append(
+                    run_id = first_id + len(runs)
+                    key = slot_key(sid, slot_at, tz)
+                    due_instant = due_at(sid, slot_at, tz, schedule.jitter_ms)
+                    runs.append(
                         DispatchedFire(
-                            schedule_id=sid,
-                            schedule_name=schedule.name,
-                            tenant=schedule.tenant,
-                            slot_key=key,
-                            slot_at=slot_at,
-                            due_at=due_instant,
-                            run_id=run_id,
+                            run_id, tenant, sid, name, key, slot_at, due_instant, now_ms, node_id
                         )
                     )
+                    fires.append(
+                        (run_id, tenant, sid, slot_at, schedule.command, payload, slot_at, now_ms)
+                    )
                 advances.append((plan.next_slot_at, plan.next_fire_at, sid))
+            before = conn.total_changes()
+            conn.executemany(_INSERT_RUNS, runs)
+            if conn.total_changes() - before != len(runs):
+                # Some slots were dispatched before (a crash after commit, a stale cursor):
+                # their keys are taken, so those runs were not inserted. Keep only the new.
+                landed = {
+                    int(r[0]) for r in rows(conn, "SELECT id FROM runs WHERE id >= ?", (first_id,))
+                }
+                report.already_dispatched = len(runs) - len(landed)
+                runs = [r for r in runs if r[0] in landed]
+                fires = [f for f in fires if f[0] in landed]
+            conn.executemany(_INSERT_FIRES, fires)
             conn.executemany(_ADVANCE, advances)
+        report.dispatched = runs
         return report
 
     def next_due_at(self) -> int | None:

@@ -14,10 +14,11 @@ from engine.backends.sqlite.connection import (
 from engine.ports.fire_queue import Fire
 
 _COLUMNS = (
-    "id, run_id, tenant, schedule_id, slot_key, slot_at, command, payload, available_at, "
-    "created_at, attempts"
+    "f.run_id, f.tenant, f.schedule_id, r.slot_key, f.slot_at, f.command, f.payload, "
+    "f.available_at, f.created_at, f.attempts"
 )
-_OPEN = "completed_at IS NULL AND discarded_at IS NULL"
+_FROM = "fire_queue f JOIN runs r ON r.id = f.run_id"
+_OPEN = "f.completed_at IS NULL AND f.discarded_at IS NULL"
 
 
 class SqliteFireQueue:
@@ -25,36 +26,35 @@ class SqliteFireQueue:
         self._pool = pool
 
     def pending(self, limit: int = 100, tenant: str | None = None) -> list[Fire]:
-        sql = f"SELECT {_COLUMNS} FROM fire_queue WHERE {_OPEN}"
+        sql = f"SELECT {_COLUMNS} FROM {_FROM} WHERE {_OPEN}"
         args: tuple[Any, ...] = ()
         if tenant is not None:
-            sql += " AND tenant = ?"
+            sql += " AND f.tenant = ?"
             args = (tenant,)
-        sql += " ORDER BY available_at, id LIMIT ?"
+        sql += " ORDER BY f.available_at, f.run_id LIMIT ?"
         with storage_errors(self._pool.path):
             found = rows(self._pool.get(), sql, (*args, limit))
         return [
             Fire(
-                id=r[0],
-                run_id=r[1],
-                tenant=r[2],
-                schedule_id=r[3],
-                slot_key=r[4],
-                slot_at=r[5],
-                command=r[6],
-                payload=json.loads(r[7]),
-                available_at=r[8],
-                created_at=r[9],
-                attempts=r[10],
+                run_id=r[0],
+                tenant=r[1],
+                schedule_id=r[2],
+                slot_key=r[3],
+                slot_at=r[4],
+                command=r[5],
+                payload=json.loads(r[6]),
+                available_at=r[7],
+                created_at=r[8],
+                attempts=r[9],
             )
             for r in found
         ]
 
     def depth(self, tenant: str | None = None) -> int:
-        sql = f"SELECT count(*) FROM fire_queue WHERE {_OPEN}"
+        sql = f"SELECT count(*) FROM fire_queue f WHERE {_OPEN}"
         args: tuple[Any, ...] = ()
         if tenant is not None:
-            sql += " AND tenant = ?"
+            sql += " AND f.tenant = ?"
             args = (tenant,)
         with storage_errors(self._pool.path):
             return int(scalar(self._pool.get(), sql, args))

@@ -18,12 +18,13 @@ from engine.backends.sqlite.connection import (
 )
 from engine.domain.errors import DuplicateSlot
 from engine.domain.run import NewRun, Run, RunState
+from engine.domain.slots import slot_instant
 from engine.ports.runs import RunQuery
 
 INSERT_RUN = (
     "INSERT INTO runs (tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, "
     "state, dispatched_at, node_id) VALUES (?, ?, ?, ?, ?, ?, ?, 'dispatched', ?, ?) "
-    "ON CONFLICT (tenant, slot_key) DO NOTHING"
+    "ON CONFLICT (slot_at, slot_key, tenant) DO NOTHING"
 )
 
 
@@ -73,8 +74,11 @@ class SqliteRunLedger:
         )
 
     def find_by_slot(self, tenant: str | None, slot_key: str) -> Run | None:
-        sql = f"SELECT {RUN_COLUMNS} FROM runs WHERE slot_key = ?"
-        args: tuple[Any, ...] = (slot_key,)
+        at = slot_instant(slot_key)
+        if at is None:
+            return None  # not a key this engine writes
+        sql = f"SELECT {RUN_COLUMNS} FROM runs WHERE slot_at = ? AND slot_key = ?"
+        args: tuple[Any, ...] = (at, slot_key)
         if tenant is not None:
             sql += " AND tenant = ?"
             args += (tenant,)
@@ -116,7 +120,10 @@ class SqliteRunLedger:
             clauses.append("slot_at >= ?")
             args.append(query.since_ms)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY slot_at DESC, id DESC LIMIT ?"
+        # One schedule's runs come newest slot first through its index; the whole ledger in
+        # the order of dispatch, newest first, through the row id (no index on time).
+        order = "slot_at DESC, id DESC" if query.schedule_id is not None else "id DESC"
+        sql = f"SELECT {RUN_COLUMNS} FROM runs {where} ORDER BY {order} LIMIT ?"
         with storage_errors(self._pool.path):
             found = rows(self._pool.get(), sql, (*args, query.limit))
         return [run_from_row(r) for r in found]
