@@ -286,3 +286,45 @@ def test_an_unreadable_schedule_is_held_back_and_the_others_still_fire(
         "SELECT next_slot_at, next_fire_at FROM schedules WHERE name = 'broken'"
     ).fetchall()
     assert cursor == [(T0, T0 + MINUTE_MS)]
+
+
+def test_slots_already_in_the_ledger_are_skipped_and_the_new_ones_still_land(
+    engine: Engine, clock: ManualClock
+) -> None:
+    engine.service.create(
+        ScheduleSpec(
+            name="tick",
+            trigger=CronTrigger("* * * * *"),
+            command="noop",
+            misfire=MisfirePolicy(MisfireKind.EACH),
+        ),
+        actor="t",
+    )
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=3_600_000)
+    for minute in range(3):
+        clock.set(T0 + minute * MINUTE_MS)
+        settle(daemon)
+    # A cursor put back, as after restoring a stale copy: 00:00-00:02 resolve again.
+    engine.storage.pool.get().execute(
+        "UPDATE schedules SET next_slot_at = ?, next_fire_at = ?", (T0, T0)
+    )
+    clock.set(T0 + 3 * MINUTE_MS)
+    report = engine.storage.dispatcher.dispatch_due(
+        lease_key=LEADER_LEASE,
+        token=daemon.token,
+        node_id="a",
+        now_ms=clock.now_ms(),
+        limit=100,
+        resolve=lambda s, cursor: plan_slots(
+            schedule_id=s.id,
+            trigger=s.trigger,
+            tz=s.timezone,
+            cursor_ms=cursor,
+            now_ms=clock.now_ms(),
+            policy=s.misfire,
+        ),
+    )
+    assert report.already_dispatched == 3
+    assert [f.slot_at for f in report.dispatched] == [T0 + 3 * MINUTE_MS]
+    assert len(fired_slots(engine, "tick")) == 4
+    assert engine.storage.fire_queue.depth() == 4

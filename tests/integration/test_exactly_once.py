@@ -95,7 +95,8 @@ def test_every_slot_lands_exactly_once_while_daemons_are_killed(tmp_path: Path) 
     assert all(slots == grid for slots in by_schedule.values())
     orphans = read(
         db,
-        "SELECT count(*) FROM runs r LEFT JOIN fire_queue f ON f.run_id = r.id WHERE f.run_id IS NULL",
+        "SELECT count(*) FROM runs r LEFT JOIN fire_queue f ON f.run_id = r.id "
+        "WHERE f.run_id IS NULL",
     )[0][0]
     doubles = read(
         db,

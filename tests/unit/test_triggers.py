@@ -18,6 +18,7 @@ import pytest
 from engine.domain.cron import CronSpec
 from engine.domain.errors import InvalidInput
 from engine.domain.slots import slot_key
+from engine.domain.timeutil import iso_local, parse_instant
 from engine.domain.triggers import (
     CronTrigger,
     IntervalTrigger,
@@ -347,3 +348,22 @@ def test_stored_cron_spec_with_a_malformed_expression_is_rejected() -> None:
         trigger_from_spec(
             "cron", {"cron": "61 * * * *", "dst_repeated": "first", "dst_missing": "shift"}
         )
+
+
+def test_a_real_slot_after_a_gap_comes_before_a_later_shifted_one() -> None:
+    # Lord Howe skips 02:00-02:30 on 2026-10-04. 02:15 shifts to 02:45; the real 02:30 is
+    # earlier, though it follows 02:15 in wall order. Start a day before, far from the gap.
+    trigger = CronTrigger("15,30 2 * * *")
+    tz = "Australia/Lord_Howe"
+    cursor = parse_instant("2026-10-03T02:30:00+10:30")
+    seen = []
+    for _ in range(3):
+        slot = trigger.slot_after(cursor, tz)
+        assert slot is not None
+        cursor = slot.at_ms
+        seen.append(iso_local(cursor, tz))
+    assert seen == [
+        "2026-10-04T02:30:00+11:00",
+        "2026-10-04T02:45:00+11:00",
+        "2026-10-05T02:15:00+11:00",
+    ]
