@@ -32,12 +32,20 @@ class Engine:
         self.service = ScheduleService(storage, clock, commands)
 
     def daemon(
-        self, *, node_id: str | None = None, lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
+        self,
+        *,
+        node_id: str | None = None,
+        lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
+        lookahead_ms: int = 0,
     ) -> SchedulerDaemon:
         return SchedulerDaemon(
             self.storage,
             self.clock,
-            DaemonConfig(node_id=node_id or default_node_id(), lease_ttl_ms=lease_ttl_ms),
+            DaemonConfig(
+                node_id=node_id or default_node_id(),
+                lease_ttl_ms=lease_ttl_ms,
+                lookahead_ms=lookahead_ms,
+            ),
         )
 
     def close(self) -> None:

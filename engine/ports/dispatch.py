@@ -51,9 +51,11 @@ class DispatchPort(Protocol):
     Contract (one transaction per call):
     - First checks that `token` holds the live lease `lease_key`; if not, raises LeaseNotOwned or
       LeaseExpired and writes nothing (fencing: a deposed leader cannot dispatch).
-    - Reads active schedules with `next_fire_at <= now_ms`, soonest first, through an index (cost
-      follows the number due, not the number stored), and dispatches at most about `limit`
-      fires: schedules past that stay due, and `truncated` says so.
+    - Reads active schedules with `next_fire_at <= until_ms` (default `now_ms`), soonest first,
+      through an index (cost follows the number due, not the number stored), and dispatches at
+      most about `limit` fires: schedules past that stay due, and `truncated` says so.
+    - A fire becomes available to consumers at its slot's due instant, so a slot dispatched
+      ahead (`until_ms > now_ms`) is not run early. `dispatched_at` is `now_ms`.
     - For each, asks `resolve(schedule, cursor)` for a plan; records a run (unique slot key) and a
       fire for each planned slot, skipping slots whose key the ledger already holds; moves the
       schedule's cursor to the plan's.
@@ -71,6 +73,7 @@ class DispatchPort(Protocol):
         now_ms: int,
         limit: int,
         resolve: Resolver,
+        until_ms: int | None = None,
     ) -> DispatchReport: ...
 
     def next_due_at(self) -> int | None:

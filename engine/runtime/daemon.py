@@ -29,6 +29,7 @@ DEFAULT_LEASE_TTL_MS = 15_000
 MIN_LEASE_TTL_MS = 1_000
 DEFAULT_BATCH = 2_000  # fires per dispatch transaction
 MAX_IDLE_MS = 60_000
+MAX_LOOKAHEAD_MS = 10_000
 # No dispatch once this share of the TTL has passed without a successful renewal: the lease
 # may be about to pass to someone else.
 RENEWAL_GUARD = 0.9
@@ -40,6 +41,11 @@ class DaemonConfig:
     lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS
     batch: int = DEFAULT_BATCH
     lease_key: str = LEADER_LEASE
+    # Dispatch slots up to this long before they are due. Their fires still become available
+    # at the due instant, so nothing runs early; a burst of thousands of slots due at the same
+    # instant is then written before that instant instead of after it. The cost: a pause or a
+    # delete within the lookahead no longer stops a slot already dispatched.
+    lookahead_ms: int = 0
 
 
 class SchedulerDaemon:
@@ -54,6 +60,8 @@ class SchedulerDaemon:
     ) -> None:
         if config.lease_ttl_ms < MIN_LEASE_TTL_MS:
             raise ValueError("the lease TTL must be at least 1s")
+        if not 0 <= config.lookahead_ms <= MAX_LOOKAHEAD_MS:
+            raise ValueError("the lookahead must be between 0 and 10s")
         self._storage = storage
         self._clock = clock
         self.config = config
@@ -88,7 +96,8 @@ class SchedulerDaemon:
                 node_id=self.config.node_id,
                 now_ms=now,
                 limit=self.config.batch,
-                resolve=self._resolver(now),
+                resolve=self._resolver(now + self.config.lookahead_ms),
+                until_ms=now + self.config.lookahead_ms,
             )
         except LeaseError as exc:
             self._lose(f"dispatch refused: {exc}")
@@ -99,7 +108,7 @@ class SchedulerDaemon:
         wake = now + MAX_IDLE_MS
         next_due = self._storage.dispatcher.next_due_at()
         if next_due is not None:
-            wake = min(wake, next_due)
+            wake = min(wake, next_due - self.config.lookahead_ms)
         wake = min(wake, self._last_renewed + ttl // 3)
         return max(0.0, (wake - self._clock.now_ms()) / 1000)
 

@@ -328,3 +328,21 @@ def test_slots_already_in_the_ledger_are_skipped_and_the_new_ones_still_land(
     assert [f.slot_at for f in report.dispatched] == [T0 + 3 * MINUTE_MS]
     assert len(fired_slots(engine, "tick")) == 4
     assert engine.storage.fire_queue.depth() == 4
+
+
+def test_lookahead_dispatches_early_but_the_fire_waits_for_its_instant(
+    engine: Engine, clock: ManualClock
+) -> None:
+    every_minute(engine)
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=3_600_000, lookahead_ms=2_000)
+    settle(daemon)
+    clock.set(T0 + MINUTE_MS - 3_000)  # 3 s before the slot: outside the lookahead
+    settle(daemon)
+    assert len(fired_slots(engine, "tick")) == 1
+    clock.set(T0 + MINUTE_MS - 1_500)  # 1.5 s before: inside
+    settle(daemon)
+    assert fired_slots(engine, "tick")[-1] == "2026-01-05T00:01:00+00:00"
+    fire = engine.storage.fire_queue.pending(limit=10)[-1]
+    assert fire.available_at == T0 + MINUTE_MS
+    run = engine.service.runs(RunQuery(limit=1))[0]
+    assert run.dispatched_at == T0 + MINUTE_MS - 1_500

@@ -12,7 +12,7 @@ import typer
 from engine.api import default_node_id
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
-from engine.runtime.daemon import MIN_LEASE_TTL_MS
+from engine.runtime.daemon import MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
 from vortos_tui.cli.context import open_for_write, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
@@ -45,6 +45,15 @@ def run(
         str | None,
         typer.Option("--node-id", help="This node's name in leases and runs [default: host:pid]."),
     ] = None,
+    lookahead: Annotated[
+        str,
+        typer.Option(
+            "--lookahead",
+            help="Dispatch slots up to this long before they are due (0 to 10s); their fires "
+            "still become available at the due instant. Helps bursts of thousands of slots due "
+            "at once; a pause within it no longer stops a slot already dispatched.",
+        ),
+    ] = "0",
     demo: Annotated[
         bool,
         typer.Option(
@@ -66,6 +75,9 @@ def run(
     ttl = parse_duration(lease_ttl, what="lease TTL")
     if ttl < MIN_LEASE_TTL_MS:
         raise InvalidInput(f"lease TTL {format_duration(ttl)} is too short: use at least 1s")
+    ahead = parse_duration(lookahead, what="lookahead")
+    if ahead > MAX_LOOKAHEAD_MS:
+        raise InvalidInput(f"lookahead {lookahead!r} is too long: at most 10s")
     node = node_id or default_node_id()
     if node_id is not None and (
         len(node_id) > 200 or not node_id.isprintable() or not node_id.strip()
@@ -75,7 +87,7 @@ def run(
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
-        daemon = engine.daemon(node_id=node, lease_ttl_ms=ttl)
+        daemon = engine.daemon(node_id=node, lease_ttl_ms=ttl, lookahead_ms=ahead)
 
         def stop(signum: int, _frame: FrameType | None) -> None:
             log.info(

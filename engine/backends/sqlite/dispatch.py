@@ -61,6 +61,7 @@ class SqliteDispatcher:
         now_ms: int,
         limit: int,
         resolve: Resolver,
+        until_ms: int | None = None,
     ) -> DispatchReport:
         conn = self._pool.get()
         report = DispatchReport()
@@ -70,7 +71,7 @@ class SqliteDispatcher:
                 raise LeaseNotOwned(f"lease {lease_key} is not held by this node")
             if lease[1] <= now_ms:
                 raise LeaseExpired(f"lease {lease_key} expired before dispatch")
-            due = rows(conn, _DUE, (now_ms, limit))
+            due = rows(conn, _DUE, (now_ms if until_ms is None else until_ms, limit))
             # We hold the write lock: nobody else can insert runs until we commit, so the ids
             # can be handed out here and the rows written with executemany.
             first_id = int(scalar(conn, "SELECT coalesce(max(id), 0) FROM runs")) + 1
@@ -106,7 +107,16 @@ class SqliteDispatcher:
                         )
                     )
                     fires.append(
-                        (run_id, tenant, sid, slot_at, schedule.command, payload, slot_at, now_ms)
+                        (
+                            run_id,
+                            tenant,
+                            sid,
+                            slot_at,
+                            schedule.command,
+                            payload,
+                            due_instant,
+                            now_ms,
+                        )
                     )
                 advances.append((plan.next_slot_at, plan.next_fire_at, sid))
             before = conn.total_changes()
