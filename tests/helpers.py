@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from engine import Engine, RunKind, SchedulerDaemon
+from collections.abc import Callable
+
+from engine import Engine, RunKind, Schedule, SchedulerDaemon
+from engine.domain.misfire import SlotPlan, plan_slots
 from engine.domain.timeutil import iso_local
 from engine.ports import RunQuery
 
@@ -30,3 +33,20 @@ def fired_slots(engine: Engine, name: str, tz: str = "UTC") -> list[str]:
 def leads(daemon: SchedulerDaemon) -> bool:
     """Whether the daemon holds the lease (a call, so type narrowing does not stick)."""
     return daemon.leading
+
+
+def resolver_at(now_ms: int) -> Callable[[Schedule, int], SlotPlan]:
+    """What the daemon resolves due schedules with, at a fixed instant."""
+
+    def resolve(schedule: Schedule, cursor: int) -> SlotPlan:
+        return plan_slots(
+            schedule_id=schedule.id,
+            trigger=schedule.trigger,
+            tz=schedule.timezone,
+            cursor_ms=cursor,
+            now_ms=now_ms,
+            policy=schedule.misfire,
+            jitter_ms=schedule.jitter_ms,
+        )
+
+    return resolve

@@ -20,13 +20,12 @@ from engine import (
     ScheduleSpec,
     open_engine,
 )
-from engine.domain.misfire import plan_slots
 from engine.domain.schedule import Schedule
 from engine.domain.timeutil import MINUTE_MS, SECOND_MS
 from engine.ports import RunQuery
 from engine.runtime.daemon import LEADER_LEASE
 from tests.conftest import T0
-from tests.helpers import fired_slots, leads, settle
+from tests.helpers import fired_slots, leads, resolver_at, settle
 
 
 def every_minute(engine: Engine, name: str = "tick") -> Schedule:
@@ -80,14 +79,7 @@ def test_a_deposed_leader_cannot_dispatch(engine: Engine, clock: ManualClock) ->
             node_id="old",
             now_ms=clock.now_ms(),
             limit=100,
-            resolve=lambda s, cursor: plan_slots(
-                schedule_id=s.id,
-                trigger=s.trigger,
-                tz=s.timezone,
-                cursor_ms=cursor,
-                now_ms=clock.now_ms(),
-                policy=s.misfire,
-            ),
+            resolve=resolver_at(clock.now_ms()),
         )
     assert engine.storage.runs.count() == runs_before
     assert engine.storage.fire_queue.depth() == runs_before
@@ -315,14 +307,7 @@ def test_slots_already_in_the_ledger_are_skipped_and_the_new_ones_still_land(
         node_id="a",
         now_ms=clock.now_ms(),
         limit=100,
-        resolve=lambda s, cursor: plan_slots(
-            schedule_id=s.id,
-            trigger=s.trigger,
-            tz=s.timezone,
-            cursor_ms=cursor,
-            now_ms=clock.now_ms(),
-            policy=s.misfire,
-        ),
+        resolve=resolver_at(clock.now_ms()),
     )
     assert report.already_dispatched == 3
     assert [f.slot_at for f in report.dispatched] == [T0 + 3 * MINUTE_MS]

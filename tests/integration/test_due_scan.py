@@ -9,11 +9,10 @@ import pytest
 
 from engine import CronTrigger, ManualClock, ScheduleSpec, open_engine
 from engine.backends.sqlite.dispatch import _DUE
-from engine.domain.misfire import plan_slots
-from engine.domain.schedule import Schedule
 from engine.domain.timeutil import DAY_MS
 from engine.runtime.daemon import LEADER_LEASE
 from tests.conftest import T0
+from tests.helpers import resolver_at
 
 DUE = 100
 FAR = T0 + 365 * DAY_MS
@@ -65,16 +64,6 @@ def dispatch_steps(db: Path, clock: ManualClock) -> tuple[int, int]:
             ticks[0] += 1
             return False
 
-        def resolve(s: Schedule, cursor: int) -> object:
-            return plan_slots(
-                schedule_id=s.id,
-                trigger=s.trigger,
-                tz=s.timezone,
-                cursor_ms=cursor,
-                now_ms=clock.now_ms(),
-                policy=s.misfire,
-            )
-
         conn.set_progress_handler(count, 100)
         report = storage.dispatcher.dispatch_due(
             lease_key=LEADER_LEASE,
@@ -82,7 +71,7 @@ def dispatch_steps(db: Path, clock: ManualClock) -> tuple[int, int]:
             node_id="test",
             now_ms=clock.now_ms(),
             limit=10_000,
-            resolve=resolve,  # type: ignore[arg-type]
+            resolve=resolver_at(clock.now_ms()),
         )
         conn.set_progress_handler(None)
         return ticks[0], len(report.dispatched)
