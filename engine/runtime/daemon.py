@@ -46,7 +46,7 @@ class DaemonConfig:
     # instant is then written before that instant instead of after it. The cost: a pause or a
     # delete within the lookahead no longer stops a slot already dispatched.
     lookahead_ms: int = 0
-    # The shortest sleep between two dispatch transactions that found work.
+    # The shortest sleep after a dispatch transaction that found work.
     coalesce_ms: int = 10
 
 
@@ -114,7 +114,8 @@ class SchedulerDaemon:
         wake = min(wake, self._last_renewed + ttl // 3)
         # Slots due a moment apart go out together: a few milliseconds of lateness instead of
         # a transaction (and its fixed cost) per slot when thousands are spread over a second.
-        wake = max(wake, now + self.config.coalesce_ms)
+        if report.dispatched:
+            wake = max(wake, now + self.config.coalesce_ms)
         return max(0.0, (wake - self._clock.now_ms()) / 1000)
 
     def run(self) -> None:
