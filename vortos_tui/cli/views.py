@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from engine import Run, Schedule
+from engine import Run, Schedule, ScheduleStatus
 from engine.domain.schedule import canonical_json
 from engine.domain.timeutil import format_duration, iso_local, iso_utc
 from engine.service import PreviewSlot
@@ -67,14 +67,21 @@ def in_words(delta_ms: int) -> str:
 
 def schedules_table(schedules: list[Schedule], now_ms: int) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("NAME", "TENANT", "TRIGGER", "ZONE", "NEXT FIRE", "", "STATUS", "COMMAND"):
-        table.add_column(column, no_wrap=column in ("NAME", "NEXT FIRE", "TRIGGER", ""))
+    # Nothing is cut short with an ellipsis: on a narrow terminal long values fold onto more
+    # lines, the essentials (name, next fire, status) first in line.
+    for column in ("NAME", "TENANT", "NEXT FIRE", "", "STATUS", "TRIGGER", "ZONE", "COMMAND"):
+        table.add_column(column, overflow="fold")
     for s in schedules:
-        next_fire = "-" if s.next_fire_at is None else iso_local(s.next_fire_at, s.timezone)
-        due = "" if s.next_fire_at is None else in_words(s.next_fire_at - now_ms)
+        if s.status is not ScheduleStatus.ACTIVE:
+            next_fire, due = "-", ""
+        elif s.next_fire_at is None:
+            next_fire, due = "done", ""
+        else:
+            next_fire = iso_local(s.next_fire_at, s.timezone)
+            due = in_words(s.next_fire_at - now_ms)
         status = s.status.value + (" (sensitive)" if s.sensitive else "")
         table.add_row(
-            s.name, s.tenant, s.trigger.describe(), s.timezone, next_fire, due, status, s.command
+            s.name, s.tenant, next_fire, due, status, s.trigger.describe(), s.timezone, s.command
         )
     return table
 
