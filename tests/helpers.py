@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from engine import Engine, RunKind, SchedulerDaemon
+from engine.runtime.daemon import resolver_at
 
-from engine import Engine, RunKind, Schedule, SchedulerDaemon
-from engine.domain.misfire import SlotPlan, plan_slots
+__all__ = ["fired_slots", "leads", "resolver_at", "settle"]
 from engine.domain.timeutil import iso_local
 from engine.ports import RunQuery
 
@@ -33,20 +33,3 @@ def fired_slots(engine: Engine, name: str, tz: str = "UTC") -> list[str]:
 def leads(daemon: SchedulerDaemon) -> bool:
     """Whether the daemon holds the lease (a call, so type narrowing does not stick)."""
     return daemon.leading
-
-
-def resolver_at(now_ms: int) -> Callable[[Schedule, int], SlotPlan]:
-    """What the daemon resolves due schedules with, at a fixed instant."""
-
-    def resolve(schedule: Schedule, cursor: int) -> SlotPlan:
-        return plan_slots(
-            schedule_id=schedule.id,
-            trigger=schedule.trigger,
-            tz=schedule.timezone,
-            cursor_ms=cursor,
-            now_ms=now_ms,
-            policy=schedule.misfire,
-            jitter_ms=schedule.jitter_ms,
-        )
-
-    return resolve

@@ -98,7 +98,7 @@ class SchedulerDaemon:
                 node_id=self.config.node_id,
                 now_ms=now,
                 limit=self.config.batch,
-                resolve=self._resolver(now + self.config.lookahead_ms),
+                resolve=resolver_at(now + self.config.lookahead_ms),
                 until_ms=now + self.config.lookahead_ms,
             )
         except LeaseError as exc:
@@ -194,20 +194,6 @@ class SchedulerDaemon:
         self.leading = False
         self._token = secrets.token_hex(16)
 
-    def _resolver(self, now: int) -> Callable[[Schedule, int], SlotPlan]:
-        def resolve(schedule: Schedule, cursor: int) -> SlotPlan:
-            return plan_slots(
-                schedule_id=schedule.id,
-                trigger=schedule.trigger,
-                tz=schedule.timezone,
-                cursor_ms=cursor,
-                now_ms=now,
-                policy=schedule.misfire,
-                jitter_ms=schedule.jitter_ms,
-            )
-
-        return resolve
-
     def _report(self, report: DispatchReport, now: int) -> None:
         if log.isEnabledFor(logging.INFO):
             for fire in report.dispatched:
@@ -232,3 +218,20 @@ class SchedulerDaemon:
                 )
         if self._on_dispatch is not None:
             self._on_dispatch(report)
+
+
+def resolver_at(now_ms: int) -> Callable[[Schedule, int], SlotPlan]:
+    """How the daemon decides, at `now_ms`, which slots of a due schedule fire."""
+
+    def resolve(schedule: Schedule, cursor: int) -> SlotPlan:
+        return plan_slots(
+            schedule_id=schedule.id,
+            trigger=schedule.trigger,
+            tz=schedule.timezone,
+            cursor_ms=cursor,
+            now_ms=now_ms,
+            policy=schedule.misfire,
+            jitter_ms=schedule.jitter_ms,
+        )
+
+    return resolve
