@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from engine import Engine, RunKind, SchedulerDaemon
+from engine.domain.timeutil import iso_local
+from engine.ports import RunQuery
 from engine.runtime.daemon import resolver_at
 
 __all__ = ["fired_slots", "leads", "resolver_at", "settle"]
-from engine.domain.timeutil import iso_local
-from engine.ports import RunQuery
 
 
 def settle(daemon: SchedulerDaemon, max_steps: int = 20) -> None:
