@@ -159,10 +159,12 @@ def write_tx(conn: apsw.Connection) -> Iterator[apsw.Connection]:
 def prepare(path: Path, *, create: bool, write: bool) -> None:
     """Make sure `path` holds a current Vortos schema: create, upgrade, or refuse.
 
-    Nothing is written to a file that turns out not to be ours.
+    Nothing is written to a file that turns out not to be ours. The look and the change happen
+    in one transaction, so processes opening a new file at the same moment create it once.
     """
     existed = inspect_path(path, create=create)
     conn = connect(path, readonly=not write and existed)
+    created = False
     try:
         if write and conn.readonly("main"):
             raise _refuse(
@@ -170,65 +172,80 @@ def prepare(path: Path, *, create: bool, write: bool) -> None:
                 "it is read-only here",
                 "use a writable location, or fix the file's permissions",
             )
-        app_id = scalar(conn, "PRAGMA application_id")
-        version = scalar(conn, "PRAGMA user_version")
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        ]
-        if app_id != APPLICATION_ID:
-            if tables or app_id != 0:
-                shown = ", ".join(sorted(tables)[:5]) or f"application id {app_id:#x}"
-                raise _refuse(
-                    path,
-                    f"it belongs to another application ({shown})",
-                    "Vortos will not touch it: point --db at another file",
-                )
-            if not write:
-                raise StorageError(f"database {path} is empty: run `vortos db init --db {path}`")
-            _create(conn)
-        elif version > SCHEMA_VERSION:
-            raise _refuse(
-                path,
-                f"its schema (version {version}) is newer than this Vortos "
-                f"understands ({SCHEMA_VERSION})",
-                "upgrade vortos",
-            )
-        elif version < SCHEMA_VERSION:
-            if not write:
-                raise StorageError(
-                    f"database {path} has schema version {version}; this Vortos needs "
-                    f"{SCHEMA_VERSION}: run `vortos db init --db {path}` to upgrade it in place"
-                )
-            upgrade(conn, version, MIGRATIONS, SCHEMA_VERSION)
+        # A write transaction serialises creators and upgraders; a reader takes a snapshot so
+        # it never sees a schema half-stamped by another process.
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            created = _create_or_check(conn, path, write=write)
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        if created:
+            conn.execute("PRAGMA journal_mode = WAL")  # only outside a transaction
     except apsw.Error as exc:
         raise translate(exc, path) from None
     finally:
         conn.close()
 
 
-def _create(conn: apsw.Connection) -> None:
-    conn.execute("PRAGMA journal_mode = WAL")
-    with write_tx(conn):
+def _create_or_check(conn: apsw.Connection, path: Path, *, write: bool) -> bool:
+    """Inside the caller's transaction: refuse, create (True) or upgrade the schema."""
+    app_id = scalar(conn, "PRAGMA application_id")
+    version = scalar(conn, "PRAGMA user_version")
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    if app_id != APPLICATION_ID:
+        if tables or app_id != 0:
+            shown = ", ".join(sorted(tables)[:5]) or f"application id {app_id:#x}"
+            raise _refuse(
+                path,
+                f"it belongs to another application ({shown})",
+                "Vortos will not touch it: point --db at another file",
+            )
+        if not write:
+            raise StorageError(f"database {path} is empty: run `vortos db init --db {path}`")
         conn.execute(schema_sql())
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return True
+    if version > SCHEMA_VERSION:
+        raise _refuse(
+            path,
+            f"its schema (version {version}) is newer than this Vortos "
+            f"understands ({SCHEMA_VERSION})",
+            "upgrade vortos",
+        )
+    if version < SCHEMA_VERSION:
+        if not write:
+            raise StorageError(
+                f"database {path} has schema version {version}; this Vortos needs "
+                f"{SCHEMA_VERSION}: run `vortos db init --db {path}` to upgrade it in place"
+            )
+        _migrate(conn, version, MIGRATIONS, SCHEMA_VERSION)
+    return False
 
 
 def upgrade(conn: apsw.Connection, current: int, migrations: dict[int, str], target: int) -> None:
     """Apply migrations current+1 .. target in one transaction: all of them or none."""
+    with write_tx(conn):
+        _migrate(conn, current, migrations, target)
+
+
+def _migrate(conn: apsw.Connection, current: int, migrations: dict[int, str], target: int) -> None:
     missing = [v for v in range(current + 1, target + 1) if v not in migrations]
     if missing:
         raise StorageError(
             f"no upgrade path from schema version {current} to {target} (missing {missing}); "
             "restore a backup or recreate the database"
         )
-    with write_tx(conn):
-        for version in range(current + 1, target + 1):
-            conn.execute(migrations[version])
-        conn.execute(f"PRAGMA user_version = {target}")
+    for version in range(current + 1, target + 1):
+        conn.execute(migrations[version])
+    conn.execute(f"PRAGMA user_version = {target}")
 
 
 class ConnectionPool:
