@@ -8,10 +8,13 @@ engine under test is always the real one, opened on that file.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -247,3 +250,19 @@ def count_of(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> int
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "MISSED"
+
+
+def run_child(script: str, args: Sequence[str], what: str) -> dict[str, Any]:
+    """Run `script` in a fresh Python process and return the JSON object it prints last; its
+    own process keeps its memory and CPU figures apart from ours."""
+    done = subprocess.run(
+        [sys.executable, str(Path(script).resolve()), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise RuntimeError(f"{what} failed (exit {done.returncode})")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result

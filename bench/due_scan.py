@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from bench._common import (
     peak_rss_mib,
     print_table,
     quiet_logging,
+    run_child,
     scratch_dir,
 )
 from engine import DaemonConfig, ManualClock, SchedulerDaemon, open_engine
@@ -112,16 +111,11 @@ def measure(size: int) -> dict[str, Any]:
     with scratch_dir() as folder:
         now = now_ms()
         db, build_s = build(folder, size, now)
-        done = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--db", str(db), "--now", str(now)],
-            capture_output=True,
-            text=True,
-            check=False,
+        result = run_child(
+            __file__,
+            ["--db", str(db), "--now", str(now)],
+            f"the daemon process for {size:,} schedules",
         )
-        if done.returncode != 0:
-            sys.stderr.write(done.stderr)
-            raise RuntimeError(f"the daemon process for {size:,} schedules failed")
-        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
         result["build_s"] = build_s
         result["file_mib"] = db.stat().st_size / 2**20
         return result

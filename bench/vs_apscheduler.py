@@ -17,12 +17,9 @@ import importlib.util
 import json
 import math
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from bench._common import (
@@ -34,6 +31,7 @@ from bench._common import (
     peak_rss_mib,
     print_table,
     quiet_logging,
+    run_child,
     scratch_dir,
 )
 from bench._sustained import run_sustained
@@ -157,17 +155,7 @@ def apscheduler_side(jobs: int, seconds: int) -> dict[str, Any]:
 
 def run_side(side: str, seconds: int) -> dict[str, Any]:
     """Run one side in a fresh interpreter; its last stdout line is the JSON result."""
-    done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), "--side", side, "--seconds", str(seconds)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr)
-        raise RuntimeError(f"the {side} side failed (exit {done.returncode})")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_child(__file__, ["--side", side, "--seconds", str(seconds)], f"the {side} side")
 
 
 def ratio(vortos: float | None, aps: float | None) -> str:

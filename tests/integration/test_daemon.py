@@ -28,9 +28,17 @@ from tests.conftest import T0
 from tests.helpers import fired_slots, leads, resolver_at, settle
 
 
-def every_minute(engine: Engine, name: str = "tick") -> Schedule:
+def every_minute(
+    engine: Engine, name: str = "tick", misfire: MisfirePolicy | None = None
+) -> Schedule:
     return engine.service.create(
-        ScheduleSpec(name=name, trigger=CronTrigger("* * * * *"), command="noop"), actor="t"
+        ScheduleSpec(
+            name=name,
+            trigger=CronTrigger("* * * * *"),
+            command="noop",
+            misfire=misfire or MisfirePolicy(),
+        ),
+        actor="t",
     )
 
 
@@ -283,15 +291,7 @@ def test_an_unreadable_schedule_is_held_back_and_the_others_still_fire(
 def test_slots_already_in_the_ledger_are_skipped_and_the_new_ones_still_land(
     engine: Engine, clock: ManualClock
 ) -> None:
-    engine.service.create(
-        ScheduleSpec(
-            name="tick",
-            trigger=CronTrigger("* * * * *"),
-            command="noop",
-            misfire=MisfirePolicy(MisfireKind.EACH),
-        ),
-        actor="t",
-    )
+    every_minute(engine, misfire=MisfirePolicy(MisfireKind.EACH))
     daemon = engine.daemon(node_id="a", lease_ttl_ms=3_600_000)
     for minute in range(3):
         clock.set(T0 + minute * MINUTE_MS)
