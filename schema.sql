@@ -32,6 +32,11 @@ CREATE TABLE schedules (
     next_fire_at INTEGER,                       -- when that slot is due (slot + jitter)
     created_at   INTEGER NOT NULL,
     updated_at   INTEGER NOT NULL,
+    -- 'static': declared in code with @scheduled and synced at start (only pause/resume at
+    -- runtime); 'dynamic': created through the service.
+    origin       TEXT NOT NULL DEFAULT 'dynamic'
+                 CHECK (origin = 'dynamic' OR origin = 'static'),
+    retry        TEXT NOT NULL DEFAULT '{}',    -- JSON {max_attempts, backoff_ms, backoff_cap_ms}
     UNIQUE (tenant, name)
 );
 
@@ -58,6 +63,11 @@ CREATE TABLE runs (
     attempts      INTEGER NOT NULL DEFAULT 0,
     finished_at   INTEGER,
     error         TEXT,
+    started_at    INTEGER,                     -- the latest attempt's start
+    consumer      TEXT,                        -- who ran (or runs) the latest attempt
+    exit_code     INTEGER,                     -- process commands
+    output        TEXT,                        -- tail of what the command printed or returned
+    abandoned     INTEGER NOT NULL DEFAULT 0,  -- attempts whose consumer vanished
     -- The slot key alone decides "already dispatched": unique per tenant. slot_at is a function
     -- of the key (the key spells the instant), so leading with it changes nothing about what is
     -- unique, and makes every dispatch append at the end of this index instead of writing one
@@ -68,6 +78,24 @@ CREATE TABLE runs (
 -- A schedule's history, newest first, and its last slot. The ledger as a whole is read in id
 -- order (the order of dispatch), so it needs no index on time: every index costs each dispatch.
 CREATE INDEX runs_by_schedule ON runs (schedule_id, slot_at);
+
+-- The store, not only the code, enforces the run life cycle (see engine.domain.run):
+-- dispatched -> running | skipped | cancelled | dead_lettered;
+-- running -> completed | failed | dead_lettered | cancelled | dispatched (retry, release)
+--            | skipped (an abandoned attempt of a schedule paused meanwhile);
+-- failed | dead_lettered -> dispatched (requeue). completed, skipped, cancelled are final.
+CREATE TRIGGER runs_legal_transition BEFORE UPDATE OF state ON runs
+WHEN NEW.state <> OLD.state AND NOT (
+       (OLD.state = 'dispatched' AND (NEW.state = 'running' OR NEW.state = 'skipped'
+                                      OR NEW.state = 'cancelled' OR NEW.state = 'dead_lettered'))
+    OR (OLD.state = 'running' AND (NEW.state = 'completed' OR NEW.state = 'failed'
+                                   OR NEW.state = 'dead_lettered' OR NEW.state = 'cancelled'
+                                   OR NEW.state = 'dispatched' OR NEW.state = 'skipped'))
+    OR ((OLD.state = 'failed' OR OLD.state = 'dead_lettered') AND NEW.state = 'dispatched')
+)
+BEGIN
+    SELECT RAISE(ABORT, 'illegal run state transition');
+END;
 
 -- One fire per run, keyed by the run's id; the slot key and the rest of the run are in `runs`.
 CREATE TABLE fire_queue (
@@ -85,11 +113,35 @@ CREATE TABLE fire_queue (
     consumed_by   TEXT,
     completed_at  INTEGER,
     discarded_at  INTEGER,
-    last_error    TEXT
+    last_error    TEXT,
+    -- Settlement bookkeeping, as in a job store: streaks, abandonment, stale acks.
+    consecutive_failures INTEGER NOT NULL DEFAULT 0,
+    reschedules          INTEGER NOT NULL DEFAULT 0,
+    abandoned_count      INTEGER NOT NULL DEFAULT 0,
+    last_abandoned_by    TEXT,
+    last_abandoned_at    INTEGER,
+    stale_ack_count      INTEGER NOT NULL DEFAULT 0,
+    last_stale_ack_by    TEXT,
+    last_stale_ack_at    INTEGER,
+    discard_reason       TEXT,
+    cancel_requested_at  INTEGER                -- cancel-other asked the holder to stop
 );
 
+-- Claims read open fires in the order they became available.
 CREATE INDEX fire_queue_open ON fire_queue (available_at)
     WHERE completed_at IS NULL AND discarded_at IS NULL;
+
+-- One schedule's open fires (overlap decisions); only open rows are in it.
+CREATE INDEX fire_queue_open_by_schedule ON fire_queue (schedule_id, available_at)
+    WHERE completed_at IS NULL AND discarded_at IS NULL;
+
+-- Fires under a claim: what runs now. Rows enter it at claim, so dispatch never writes it.
+CREATE INDEX fire_queue_claimed ON fire_queue (schedule_id)
+    WHERE lease_token IS NOT NULL;
+
+-- Dead letters, for `vortos queue list`.
+CREATE INDEX fire_queue_dead ON fire_queue (discarded_at)
+    WHERE discarded_at IS NOT NULL;
 
 CREATE TABLE leases (
     key         TEXT PRIMARY KEY,

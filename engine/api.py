@@ -11,6 +11,14 @@ from engine.backends.sqlite import SqliteBackend
 from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS
 from engine.commands import CommandRegistry, builtin_commands
 from engine.domain.clock import Clock, SystemClock
+from engine.runtime.consumer import (
+    DEFAULT_CLAIM_TTL_MS,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE_MS,
+    ConsumerConfig,
+    FireQueueConsumer,
+    SettleListener,
+)
 from engine.runtime.daemon import DEFAULT_LEASE_TTL_MS, DaemonConfig, SchedulerDaemon
 from engine.service import ScheduleService
 
@@ -46,6 +54,29 @@ class Engine:
                 lease_ttl_ms=lease_ttl_ms,
                 lookahead_ms=lookahead_ms,
             ),
+        )
+
+    def consumer(
+        self,
+        *,
+        consumer_id: str | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS,
+        grace_ms: int = DEFAULT_GRACE_MS,
+        on_settle: SettleListener | None = None,
+    ) -> FireQueueConsumer:
+        """Consumers run the fires of the commands registered in this engine."""
+        return FireQueueConsumer(
+            self.storage,
+            self.clock,
+            self.commands,
+            ConsumerConfig(
+                consumer_id=consumer_id or default_node_id(),
+                concurrency=concurrency,
+                claim_ttl_ms=claim_ttl_ms,
+                grace_ms=grace_ms,
+            ),
+            on_settle=on_settle,
         )
 
     def close(self) -> None:

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine.domain.errors import InvalidInput
+from engine.domain.retry import RetryPolicy
 from engine.domain.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS, format_duration
 from engine.domain.triggers import Trigger
 
@@ -31,6 +32,11 @@ class ScheduleStatus(StrEnum):
     DISABLED = "disabled"
 
 
+class ScheduleOrigin(StrEnum):
+    DYNAMIC = "dynamic"  # created through the service (CLI, console, Python)
+    STATIC = "static"  # declared in code with @scheduled; only pause and resume at runtime
+
+
 class MisfireKind(StrEnum):
     """What to do with slots that were missed (the engine was down or far behind)."""
 
@@ -40,7 +46,15 @@ class MisfireKind(StrEnum):
 
 
 class OverlapPolicy(StrEnum):
-    """What a new fire does while the schedule's previous run is still open (execution issue)."""
+    """What a fire does when it becomes available while a run of its schedule is running.
+
+    - skip: it is skipped (manual and backfill fires wait instead: they were asked for)
+    - buffer-one: the oldest one waits for the running one; any other is skipped
+    - buffer-all: every one waits, and they run one after another in slot order
+    - allow: it runs at once, beside the running one
+    - cancel-other: it runs at once, and the running one is asked to stop (cooperatively);
+      older fires still waiting are cancelled unrun
+    """
 
     SKIP = "skip"
     BUFFER_ONE = "buffer-one"
@@ -161,6 +175,7 @@ class ScheduleSpec:
     jitter_ms: int = 0
     sensitive: bool = False
     metadata: Mapping[str, str] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,3 +207,5 @@ class Schedule:
     created_at: int
     updated_at: int
     pause_note: str | None = None
+    origin: ScheduleOrigin = ScheduleOrigin.DYNAMIC
+    retry: RetryPolicy = field(default_factory=RetryPolicy)

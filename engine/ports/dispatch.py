@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
@@ -84,8 +85,9 @@ class DispatchPort(Protocol):
 class ChangeFeed(Protocol):
     """Tells a sleeping daemon that another process or thread changed the database."""
 
-    def wait(self, seconds: float) -> bool:
-        """Block up to `seconds` (real time); True as soon as a change by someone else is seen."""
+    def wait(self, seconds: float, wake: threading.Event | None = None) -> bool:
+        """Block up to `seconds` (real time); True as soon as a change by someone else is seen,
+        or `notify()` is called, or `wake` (the caller's own event) is set."""
         ...
 
     def notify(self) -> None:

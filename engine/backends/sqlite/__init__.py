@@ -52,7 +52,7 @@ class SqliteBackend:
         self.leases = SqliteLease(self.pool, clock)
         self.schedules = SqliteScheduleStore(self.pool)
         self.runs = SqliteRunLedger(self.pool)
-        self.fire_queue = SqliteFireQueue(self.pool)
+        self.fire_queue = SqliteFireQueue(self.pool, clock)
         self.dispatcher = SqliteDispatcher(self.pool)
         self.changes = SqliteChangeFeed(self.pool)
 

@@ -20,7 +20,7 @@ class SqliteChangeFeed:
         self._poke = threading.Event()
         self._seen: dict[int, int] = {}
 
-    def wait(self, seconds: float) -> bool:
+    def wait(self, seconds: float, wake: threading.Event | None = None) -> bool:
         conn = self._pool.get()
         me = threading.get_ident()
         with storage_errors(self._pool.path):
@@ -31,7 +31,16 @@ class SqliteChangeFeed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                if self._poke.wait(min(remaining, _LOOK_EVERY_S)):
+                step = min(remaining, _LOOK_EVERY_S)
+                if wake is not None:
+                    # The caller's own event is waited on directly: a worker thread finishing
+                    # must wake its consumer at once, not at the next look.
+                    if wake.wait(step):
+                        return True
+                    if self._poke.is_set():
+                        self._poke.clear()
+                        return True
+                elif self._poke.wait(step):
                     self._poke.clear()
                     return True
                 version = conn.data_version()

@@ -6,12 +6,14 @@ import json
 from typing import Any
 
 from engine.domain.errors import InvalidInput, StorageError
+from engine.domain.retry import RetryPolicy
 from engine.domain.run import Run, RunKind, RunState
 from engine.domain.schedule import (
     MisfireKind,
     MisfirePolicy,
     OverlapPolicy,
     Schedule,
+    ScheduleOrigin,
     ScheduleStatus,
     canonical_json,
 )
@@ -20,12 +22,13 @@ from engine.domain.triggers import trigger_from_spec
 SCHEDULE_COLUMNS = (
     "id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, "
     "jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, "
-    "created_at, updated_at"
+    "created_at, updated_at, origin, retry"
 )
 
 RUN_COLUMNS = (
     "id, tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, state, "
-    "dispatched_at, node_id, attempts, finished_at, error"
+    "dispatched_at, node_id, attempts, finished_at, error, started_at, consumer, exit_code, "
+    "output, abandoned"
 )
 
 
@@ -63,6 +66,8 @@ def schedule_values(s: Schedule) -> tuple[Any, ...]:
         s.next_fire_at,
         s.created_at,
         s.updated_at,
+        s.origin.value,
+        canonical_json(s.retry.to_json()),
     )
 
 
@@ -99,6 +104,8 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         next_fire,
         created,
         updated,
+        origin,
+        retry,
     ) = row
     m = json.loads(misfire)
     return Schedule(
@@ -123,6 +130,8 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         created_at=created,
         updated_at=updated,
         pause_note=note,
+        origin=ScheduleOrigin(origin),
+        retry=RetryPolicy.from_json(json.loads(retry)),
     )
 
 
@@ -142,6 +151,11 @@ def run_from_row(row: tuple[Any, ...]) -> Run:
         attempts,
         finished,
         error,
+        started,
+        consumer,
+        exit_code,
+        output,
+        abandoned,
     ) = row
     return Run(
         id=rid,
@@ -158,4 +172,9 @@ def run_from_row(row: tuple[Any, ...]) -> Run:
         attempts=attempts,
         finished_at=finished,
         error=error,
+        started_at=started,
+        consumer=consumer,
+        exit_code=exit_code,
+        output=output,
+        abandoned=abandoned,
     )

@@ -20,14 +20,55 @@ import apsw
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
 
-# Upgrades from version N-1 to N, applied in order inside one transaction. Version 1 is
-# schema.sql itself; later versions add entries here and fold them into schema.sql.
-MIGRATIONS: dict[int, str] = {}
+# Upgrades from version N-1 to N, applied in order inside one transaction. schema.sql is always
+# the newest version; each entry here is frozen once released (a test checks that upgrading the
+# oldest schema gives exactly what schema.sql creates).
+MIGRATIONS: dict[int, str] = {
+    # Execution: static schedules, retry policies, the run life cycle, claims and settlements.
+    2: """
+ALTER TABLE schedules ADD COLUMN origin TEXT NOT NULL DEFAULT 'dynamic'
+    CHECK (origin = 'dynamic' OR origin = 'static');
+ALTER TABLE schedules ADD COLUMN retry TEXT NOT NULL DEFAULT '{}';
+ALTER TABLE runs ADD COLUMN started_at INTEGER;
+ALTER TABLE runs ADD COLUMN consumer TEXT;
+ALTER TABLE runs ADD COLUMN exit_code INTEGER;
+ALTER TABLE runs ADD COLUMN output TEXT;
+ALTER TABLE runs ADD COLUMN abandoned INTEGER NOT NULL DEFAULT 0;
+CREATE TRIGGER runs_legal_transition BEFORE UPDATE OF state ON runs
+WHEN NEW.state <> OLD.state AND NOT (
+       (OLD.state = 'dispatched' AND (NEW.state = 'running' OR NEW.state = 'skipped'
+                                      OR NEW.state = 'cancelled' OR NEW.state = 'dead_lettered'))
+    OR (OLD.state = 'running' AND (NEW.state = 'completed' OR NEW.state = 'failed'
+                                   OR NEW.state = 'dead_lettered' OR NEW.state = 'cancelled'
+                                   OR NEW.state = 'dispatched' OR NEW.state = 'skipped'))
+    OR ((OLD.state = 'failed' OR OLD.state = 'dead_lettered') AND NEW.state = 'dispatched')
+)
+BEGIN
+    SELECT RAISE(ABORT, 'illegal run state transition');
+END;
+ALTER TABLE fire_queue ADD COLUMN consecutive_failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE fire_queue ADD COLUMN reschedules INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE fire_queue ADD COLUMN abandoned_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE fire_queue ADD COLUMN last_abandoned_by TEXT;
+ALTER TABLE fire_queue ADD COLUMN last_abandoned_at INTEGER;
+ALTER TABLE fire_queue ADD COLUMN stale_ack_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE fire_queue ADD COLUMN last_stale_ack_by TEXT;
+ALTER TABLE fire_queue ADD COLUMN last_stale_ack_at INTEGER;
+ALTER TABLE fire_queue ADD COLUMN discard_reason TEXT;
+ALTER TABLE fire_queue ADD COLUMN cancel_requested_at INTEGER;
+CREATE INDEX fire_queue_open_by_schedule ON fire_queue (schedule_id, available_at)
+    WHERE completed_at IS NULL AND discarded_at IS NULL;
+CREATE INDEX fire_queue_claimed ON fire_queue (schedule_id)
+    WHERE lease_token IS NOT NULL;
+CREATE INDEX fire_queue_dead ON fire_queue (discarded_at)
+    WHERE discarded_at IS NOT NULL;
+""",
+}
 
 
 def schema_sql() -> str:

@@ -1,4 +1,4 @@
-"""ScheduleService: the only way anything changes a schedule.
+"""The core of ScheduleService: reading, creating, pausing, resuming and deleting schedules.
 
 The CLI, the console and Python callers all come through here, so validation happens once, at
 the boundary, before anything is stored. Policy, four-eyes and audit join this path with the
@@ -12,14 +12,16 @@ import uuid
 from dataclasses import dataclass, replace
 
 from engine.commands import CommandRegistry
+from engine.commands.decorators import SOURCE_KEY
 from engine.domain.clock import Clock
-from engine.domain.errors import InvalidInput, NotFound, StaleVersion
+from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
 from engine.domain.misfire import due_at
 from engine.domain.run import Run
 from engine.domain.schedule import (
     DEFAULT_TENANT,
     NOTE_MAX,
     Schedule,
+    ScheduleOrigin,
     ScheduleSpec,
     ScheduleStatus,
     validate_jitter,
@@ -52,7 +54,9 @@ class PreviewSlot:
     note: SlotNote
 
 
-class ScheduleService:
+class ServiceCore:
+    """State shared by the parts of ScheduleService."""
+
     def __init__(self, storage: Storage, clock: Clock, commands: CommandRegistry) -> None:
         self._storage = storage
         self._clock = clock
@@ -121,29 +125,17 @@ class ScheduleService:
         """Validate and store a new schedule, active, its cursor at the first slot from now."""
         now = self._clock.now_ms()
         first = validate_spec(spec, self.commands, now)
-        payload, metadata = dict(spec.payload), dict(spec.metadata)
-        schedule_id = uuid.uuid4().hex
-        schedule = Schedule(
-            id=schedule_id,
-            tenant=spec.tenant,
-            name=spec.name,
-            trigger=spec.trigger,
-            timezone=spec.timezone,
-            command=spec.command,
-            payload=payload,
-            misfire=spec.misfire,
-            overlap=spec.overlap,
-            jitter_ms=spec.jitter_ms,
-            status=ScheduleStatus.ACTIVE,
-            sensitive=spec.sensitive,
-            metadata=metadata,
-            version=1,
-            next_slot_at=first,
-            next_fire_at=due_at(schedule_id, first, spec.timezone, spec.jitter_ms),
-            created_at=now,
-            updated_at=now,
-        )
-        self._storage.schedules.insert(schedule)
+        schedule = new_schedule(spec, first, now, ScheduleOrigin.DYNAMIC)
+        try:
+            self._storage.schedules.insert(schedule)
+        except DuplicateName:
+            existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
+            if existing is not None and existing.origin is ScheduleOrigin.STATIC:
+                raise DuplicateName(
+                    f"{spec.name!r} is the name of a static schedule declared in code "
+                    f"({existing.metadata.get(SOURCE_KEY, 'in the app')}): choose another name"
+                ) from None
+            raise
         log.info(
             "schedule %s/%s created by %s (%s, %s)",
             spec.tenant,
@@ -190,14 +182,20 @@ class ScheduleService:
         actor: str,
         tenant: str = DEFAULT_TENANT,
         expected_version: int | None = None,
+        catch_up: bool = False,
     ) -> Schedule:
-        """Dispatch again from the next slot after now: slots missed while paused do not fire."""
+        """Dispatch again from the next slot after now: slots missed while paused do not fire,
+        unless `catch_up`, which hands them to the schedule's misfire policy (within its
+        maximum catch-up age)."""
         schedule = self._current(name, tenant, expected_version)
         if schedule.status is ScheduleStatus.ACTIVE:
             return schedule
         now = self._clock.now_ms()
-        first = schedule.trigger.slot_after(now - 1, schedule.timezone)
-        next_slot = None if first is None else first.at_ms
+        if catch_up and schedule.next_slot_at is not None:
+            next_slot: int | None = schedule.next_slot_at
+        else:
+            first = schedule.trigger.slot_after(now - 1, schedule.timezone)
+            next_slot = None if first is None else first.at_ms
         changed = self._storage.schedules.update(
             replace(
                 schedule,
@@ -211,7 +209,9 @@ class ScheduleService:
             ),
             schedule.version,
         )
-        log.info("schedule %s/%s resumed by %s", tenant, name, actor)
+        log.info(
+            "schedule %s/%s resumed by %s%s", tenant, name, actor, " (catch-up)" if catch_up else ""
+        )
         return changed
 
     def delete(
@@ -222,8 +222,9 @@ class ScheduleService:
         tenant: str = DEFAULT_TENANT,
         expected_version: int | None = None,
     ) -> Schedule:
-        """Remove the schedule; its runs stay in the ledger."""
+        """Remove the schedule; its runs stay in the ledger. Static schedules are refused."""
         schedule = self._current(name, tenant, expected_version)
+        _refuse_static(schedule, "deleted")
         self._storage.schedules.delete(schedule.id, tenant, schedule.version)
         log.info("schedule %s/%s deleted by %s", tenant, name, actor)
         return schedule
@@ -248,8 +249,8 @@ def validate_spec(spec: ScheduleSpec, commands: CommandRegistry, now_ms: int) ->
     validate_name(spec.name)
     validate_name(spec.tenant, what="tenant")
     zone(spec.timezone)
-    commands.get(spec.command)
     validate_payload(dict(spec.payload))
+    commands.validate(spec.command, spec.payload)
     validate_metadata(spec.metadata)
     validate_jitter(spec.jitter_ms)
     return _first_slot(spec.trigger, spec.timezone, now_ms)
@@ -269,3 +270,39 @@ def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
             )
         raise InvalidInput("the trigger has no future slot")
     return slot.at_ms
+
+
+def _refuse_static(schedule: Schedule, verb: str) -> None:
+    if schedule.origin is ScheduleOrigin.STATIC:
+        raise Conflict(
+            f"schedule {schedule.name!r} is static: it is declared in code "
+            f"({schedule.metadata.get(SOURCE_KEY, 'in the app')}) and cannot be {verb} at "
+            "runtime; change it there (pause and resume work)"
+        )
+
+
+def new_schedule(spec: ScheduleSpec, first_slot: int, now: int, origin: ScheduleOrigin) -> Schedule:
+    """A new active schedule of `spec`, its cursor at `first_slot`."""
+    schedule_id = uuid.uuid4().hex
+    return Schedule(
+        id=schedule_id,
+        tenant=spec.tenant,
+        name=spec.name,
+        trigger=spec.trigger,
+        timezone=spec.timezone,
+        command=spec.command,
+        payload=dict(spec.payload),
+        misfire=spec.misfire,
+        overlap=spec.overlap,
+        jitter_ms=spec.jitter_ms,
+        status=ScheduleStatus.ACTIVE,
+        sensitive=spec.sensitive,
+        metadata=dict(spec.metadata),
+        version=1,
+        next_slot_at=first_slot,
+        next_fire_at=due_at(schedule_id, first_slot, spec.timezone, spec.jitter_ms),
+        created_at=now,
+        updated_at=now,
+        origin=origin,
+        retry=spec.retry,
+    )

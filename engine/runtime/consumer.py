@@ -1,0 +1,353 @@
+"""FireQueueConsumer: claim fires, run their commands on worker threads, settle each one.
+
+One loop thread talks to the store (claim, heartbeat, settle); `concurrency` worker threads
+run commands. A fire is claimed only when a worker is free, so a claimed fire starts at once
+and its claim's deadline means something. Long commands are kept claimed by heartbeats; a
+consumer that dies simply stops heartbeating, and its fires are claimed again after the TTL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.commands.context import FireContext
+from engine.commands.registry import CommandRegistry
+from engine.domain.clock import Clock
+from engine.domain.errors import StorageError
+from engine.domain.retry import RetryPolicy
+from engine.domain.run import RunState
+from engine.domain.timeutil import iso_utc
+from engine.ports.fire_queue import Fire, Outcome, Settlement, SettleReport
+from engine.ports.storage import Storage
+from engine.runtime.executor import CancelReason, abandoned_too_often, execute
+
+log = logging.getLogger("vortos.consumer")
+
+DEFAULT_CONCURRENCY = 4
+DEFAULT_CLAIM_TTL_MS = 60_000
+MIN_CLAIM_TTL_MS = 1_000
+DEFAULT_GRACE_MS = 30_000
+# With nothing to do, look at the queue at least this often (a change by another process
+# wakes the consumer sooner).
+IDLE_WAIT_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerConfig:
+    consumer_id: str
+    concurrency: int = DEFAULT_CONCURRENCY
+    claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS
+    grace_ms: int = DEFAULT_GRACE_MS
+    idle_wait_ms: int = IDLE_WAIT_MS
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 256:
+            raise ValueError("consumer concurrency must be between 1 and 256")
+        if self.claim_ttl_ms < MIN_CLAIM_TTL_MS:
+            raise ValueError("the claim TTL must be at least 1s")
+        if self.grace_ms < 0:
+            raise ValueError("the shutdown grace must not be negative")
+
+
+@dataclass(slots=True)
+class _InFlight:
+    fire: Fire
+    token: str
+    ctx: FireContext
+    claimed_till: int
+
+
+@dataclass(slots=True)
+class ConsumerStats:
+    claimed: int = 0
+    settled: int = 0
+    stale: int = 0
+    by_outcome: dict[str, int] = field(default_factory=dict)
+
+
+SettleListener = Callable[[list[Settlement], SettleReport], None]
+
+
+class FireQueueConsumer:
+    """`run()` loops until `stop()`; `step()` is one iteration, for tests on a manual clock."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        commands: CommandRegistry,
+        config: ConsumerConfig,
+        on_settle: SettleListener | None = None,
+    ) -> None:
+        self._storage = storage
+        self._clock = clock
+        self._commands = commands
+        self.config = config
+        self._on_settle = on_settle
+        self._inflight: dict[int, _InFlight] = {}
+        self._jobs: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[str, Settlement]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._workers: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.stats = ConsumerStats()
+
+    # -- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker threads (idempotent)."""
+        with self._lock:
+            if self._workers:
+                return
+            for n in range(self.config.concurrency):
+                worker = threading.Thread(target=self._work, name=f"vortos-worker-{n}", daemon=True)
+                worker.start()
+                self._workers.append(worker)
+
+    def run(self) -> None:
+        """Claim and run fires until `stop()`; then finish or give back what is in flight."""
+        self.start()
+        backoff = 0.5
+        try:
+            while not self._stopping.is_set():
+                try:
+                    delay = self.step()
+                    backoff = 0.5
+                except StorageError as exc:
+                    log.error("storage error: %s (retrying in %.1fs)", exc, backoff)
+                    delay, backoff = backoff, min(backoff * 2, 30.0)
+                if delay > 0 and not self._stopping.is_set():
+                    self._storage.changes.wait(delay, self._wake)
+                self._wake.clear()
+            self.drain(self.config.grace_ms / 1000)
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        """Stop claiming; `run()` then drains within the grace and returns."""
+        self._stopping.set()
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the worker threads (after the current command, for the ones busy)."""
+        with self._lock:
+            for _ in self._workers:
+                self._jobs.put(None)
+            self._workers = []
+
+    @property
+    def busy(self) -> int:
+        """Fires claimed and not yet settled."""
+        return len(self._inflight)
+
+    # -- one iteration ----------------------------------------------------------------------
+
+    def step(self) -> float:
+        """Settle what finished, heartbeat what runs, claim for idle workers; return how long
+        to wait (seconds) before the next step."""
+        self.start()
+        self.settle_finished()
+        self._heartbeat()
+        self._watch_cancellations()
+        claimed = 0 if self._stopping.is_set() else self._claim()
+        if claimed:
+            return 0.0
+        now = self._clock.now_ms()
+        wake = now + self.config.idle_wait_ms
+        if self._inflight:
+            soonest = min(f.claimed_till for f in self._inflight.values())
+            wake = min(wake, soonest - self._renew_margin())
+        if len(self._inflight) < self.config.concurrency:
+            upcoming = self._storage.fire_queue.next_available_at()
+            if upcoming is not None:
+                wake = min(wake, upcoming)
+        return max(0.0, (wake - now) / 1000)
+
+    def drain(self, grace_s: float) -> None:
+        """Wait up to `grace_s` (real time) for in-flight fires to finish and settle them; ask
+        the rest to stop and give them back (release) so another consumer runs them."""
+        deadline = time.monotonic() + grace_s
+        while self._inflight and time.monotonic() < deadline:
+            self.settle_finished()
+            self._heartbeat()
+            if self._inflight:
+                self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+                self._wake.clear()
+        self.settle_finished()
+        if not self._inflight:
+            return
+        by_token: dict[str, list[Settlement]] = {}
+        for item in list(self._inflight.values()):
+            item.ctx.cancel(CancelReason.SHUTDOWN)
+            by_token.setdefault(item.token, []).append(
+                Settlement(item.fire.run_id, Outcome.RELEASE, RunState.DISPATCHED)
+            )
+        log.warning(
+            "%d fire(s) still running after the %.0fs grace: released for another consumer",
+            len(self._inflight),
+            grace_s,
+        )
+        for token, settlements in by_token.items():
+            self._settle(token, settlements)
+
+    def settle_finished(self) -> int:
+        """Settle every fire whose command has finished; return how many."""
+        by_token: dict[str, list[Settlement]] = {}
+        while True:
+            try:
+                token, settlement = self._done.get_nowait()
+            except queue.Empty:
+                break
+            by_token.setdefault(token, []).append(settlement)
+        count = 0
+        for token, settlements in by_token.items():
+            self._settle(token, settlements)
+            count += len(settlements)
+        return count
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _claim(self) -> int:
+        free = self.config.concurrency - len(self._inflight)
+        if free <= 0:
+            return 0
+        claim = self._storage.fire_queue.claim(
+            consumer=self.config.consumer_id,
+            ttl_ms=self.config.claim_ttl_ms,
+            limit=free,
+            commands=self._commands.names(),
+        )
+        for rid, why in {**claim.skipped, **claim.cancelled}.items():
+            log.info("run %d not run: %s", rid, why)
+        refused: list[Settlement] = []
+        for fire in claim.fires:
+            poisoned = (
+                abandoned_too_often(fire, self._retry_policy(fire), self._clock)
+                if fire.abandoned_count
+                else None
+            )
+            if poisoned is not None:
+                refused.append(poisoned)
+                continue
+            item = _InFlight(fire, claim.token, _context(fire), claim.claimed_till)
+            self._inflight[fire.run_id] = item
+            self._jobs.put(item)
+        self.stats.claimed += len(claim.fires)
+        if refused:
+            self._settle(claim.token, refused)
+        return len(claim.fires)
+
+    def _renew_margin(self) -> int:
+        return self.config.claim_ttl_ms * 2 // 3
+
+    def _heartbeat(self) -> None:
+        if not self._inflight:
+            return
+        now = self._clock.now_ms()
+        due: dict[str, list[int]] = {}
+        for rid, item in self._inflight.items():
+            if item.claimed_till - now <= self._renew_margin():
+                due.setdefault(item.token, []).append(rid)
+        for token, ids in due.items():
+            report = self._storage.fire_queue.heartbeat(token, self.config.claim_ttl_ms, ids)
+            till = self._clock.now_ms() + self.config.claim_ttl_ms
+            for rid in report.extended:
+                if rid in self._inflight:
+                    self._inflight[rid].claimed_till = till
+            for rid in report.cancel_requested:
+                if rid in self._inflight:
+                    self._inflight[rid].ctx.cancel(CancelReason.OVERLAP)
+            for rid in report.stale:
+                lost = self._inflight.get(rid)
+                if lost is not None:
+                    log.warning(
+                        "run %d: the claim was taken over by another consumer; stopping it", rid
+                    )
+                    lost.ctx.cancel(CancelReason.LOST_CLAIM)
+
+    def _watch_cancellations(self) -> None:
+        """Pass cancel-other requests to running commands promptly (a read, not a write)."""
+        running = [rid for rid, item in self._inflight.items() if not item.ctx.cancelled]
+        if not running:
+            return
+        for rid in self._storage.fire_queue.cancel_requested(running):
+            item = self._inflight.get(rid)
+            if item is not None:
+                item.ctx.cancel(CancelReason.OVERLAP)
+
+    def _settle(self, token: str, settlements: list[Settlement]) -> None:
+        report = self._storage.fire_queue.settle(token, self.config.consumer_id, settlements)
+        for s in settlements:
+            item = self._inflight.pop(s.run_id, None)
+            self.stats.by_outcome[s.run_state.value] = (
+                self.stats.by_outcome.get(s.run_state.value, 0) + 1
+            )
+            if item is not None and log.isEnabledFor(logging.INFO):
+                fire = item.fire
+                log.info(
+                    "run %d %s/%s slot %s attempt %d: %s%s",
+                    fire.run_id,
+                    fire.tenant,
+                    fire.schedule_name,
+                    iso_utc(fire.slot_at),
+                    fire.attempts,
+                    s.run_state.value,
+                    f" ({s.error})" if s.error else "",
+                )
+        self.stats.settled += len(report.acked)
+        self.stats.stale += len(report.stale)
+        for rid in report.stale:
+            log.warning("run %d: settlement was stale (another consumer owns the fire)", rid)
+        if self._on_settle is not None:
+            self._on_settle(settlements, report)
+
+    def _retry_policy(self, fire: Fire) -> RetryPolicy:
+        schedule = self._storage.schedules.get(fire.schedule_id)
+        return RetryPolicy() if schedule is None else schedule.retry
+
+    def _work(self) -> None:
+        runner = asyncio.Runner()
+        try:
+            while True:
+                item = self._jobs.get()
+                if item is None:
+                    return
+                settlement = self._run(item, runner.run)
+                self._done.put((item.token, settlement))
+                self._wake.set()
+        finally:
+            runner.close()
+
+    def _run(self, item: _InFlight, runner: Callable[[Any], Any]) -> Settlement:
+        fire = item.fire
+        command = self._commands.get(fire.command) if fire.command in self._commands else None
+
+        def retry() -> RetryPolicy:
+            # Read only when an attempt failed: a success costs no read of the schedule.
+            try:
+                return self._retry_policy(fire)
+            except StorageError:
+                return RetryPolicy()
+
+        return execute(command, fire, item.ctx, retry, self._clock, runner)
+
+
+def _context(fire: Fire) -> FireContext:
+    return FireContext(
+        run_id=fire.run_id,
+        tenant=fire.tenant,
+        schedule_id=fire.schedule_id,
+        schedule_name=fire.schedule_name,
+        slot_key=fire.slot_key,
+        slot_at=fire.slot_at,
+        kind=fire.kind,
+        attempt=fire.attempts,
+    )

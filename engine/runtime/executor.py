@@ -1,0 +1,230 @@
+"""Running one fire's command and turning what happened into a settlement.
+
+Runs in a consumer's worker thread. Sync commands are called directly; async ones run on the
+thread's own event loop. Whatever the command does (returns, raises, hangs until cancelled),
+the result is one Settlement; nothing a command raises escapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import traceback
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from engine.commands.context import (
+    CommandCancelled,
+    CommandFailed,
+    CommandResult,
+    FireContext,
+    PermanentFailure,
+    RescheduleFire,
+)
+from engine.commands.registry import Command
+from engine.domain.clock import Clock
+from engine.domain.errors import InvalidInput
+from engine.domain.retry import RetryPolicy
+from engine.domain.run import RunState
+from engine.ports.fire_queue import Fire, Outcome, Settlement
+
+log = logging.getLogger("vortos.consumer")
+
+OUTPUT_MAX = 4096
+ERROR_MAX = 2000
+
+
+class CancelReason(StrEnum):
+    OVERLAP = "a newer fire of the schedule started (overlap policy cancel-other)"
+    SHUTDOWN = "the consumer is shutting down"
+    LOST_CLAIM = "the claim was taken over by another consumer"
+
+
+def execute(
+    command: Command | None,
+    fire: Fire,
+    ctx: FireContext,
+    retry: Callable[[], RetryPolicy],
+    clock: Clock,
+    runner: Callable[[Any], Any] | None = None,
+) -> Settlement:
+    """Run `fire` with `command` (None: not known here) and decide its settlement.
+
+    `retry` gives the schedule's retry policy, asked only when the attempt failed. `runner`
+    runs a coroutine to completion on this thread's event loop (default asyncio.run).
+    """
+    if command is None:
+        return _failed(fire, retry(), clock, f"command {fire.command!r} is not registered here")
+    try:
+        payload = command.validate(fire.payload)
+    except InvalidInput as exc:
+        return _final(fire, clock, RunState.FAILED, f"the payload no longer fits: {exc}")
+    kwargs: dict[str, Any] = dict(payload)
+    if command.schema.context_parameter is not None:
+        kwargs[command.schema.context_parameter] = ctx
+    try:
+        if command.is_async:
+            returned = (runner or asyncio.run)(_cancellable(command, kwargs, ctx))
+        else:
+            returned = command.run(**kwargs)
+    except RescheduleFire as exc:
+        return Settlement(
+            fire.run_id,
+            Outcome.RESCHEDULE,
+            RunState.DISPATCHED,
+            error=None,
+            output=_clip(str(exc), OUTPUT_MAX),
+            finished_at=clock.now_ms(),
+            available_at=clock.now_ms() + exc.delay_ms,
+        )
+    except (CommandCancelled, asyncio.CancelledError) as exc:
+        if ctx.cancelled:
+            return _cancelled(fire, ctx, clock)
+        return _failed(fire, retry(), clock, _describe(exc), _trace(exc))
+    except PermanentFailure as exc:
+        return _final(fire, clock, RunState.FAILED, _describe(exc), _trace(exc))
+    except CommandFailed as exc:
+        if ctx.cancelled:
+            return _cancelled(fire, ctx, clock, output=exc.output, exit_code=exc.exit_code)
+        return _failed(fire, retry(), clock, str(exc), exc.output, exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 (a command may raise anything; it is recorded)
+        if ctx.cancelled:
+            return _cancelled(fire, ctx, clock, output=_trace(exc))
+        return _failed(fire, retry(), clock, _describe(exc), _trace(exc))
+    output, code = _output(returned)
+    return Settlement(
+        fire.run_id,
+        Outcome.COMPLETE,
+        RunState.COMPLETED,
+        output=output,
+        exit_code=code,
+        finished_at=clock.now_ms(),
+    )
+
+
+async def _cancellable(command: Command, kwargs: dict[str, Any], ctx: FireContext) -> Any:
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+
+    def cancel() -> None:
+        if task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nothing left to cancel
+                loop.call_soon_threadsafe(task.cancel)
+
+    ctx.on_cancel(cancel)
+    return await command.run(**kwargs)
+
+
+def _cancelled(
+    fire: Fire,
+    ctx: FireContext,
+    clock: Clock,
+    *,
+    output: str | None = None,
+    exit_code: int | None = None,
+) -> Settlement:
+    if ctx.cancel_reason != CancelReason.OVERLAP:
+        # Stopped by a shutdown or a lost claim, not by a decision about this run: give the
+        # fire back so another consumer runs it (a lost claim's release is simply stale).
+        return Settlement(fire.run_id, Outcome.RELEASE, RunState.DISPATCHED)
+    return Settlement(
+        fire.run_id,
+        Outcome.COMPLETE,
+        RunState.CANCELLED,
+        error=f"cancelled: {ctx.cancel_reason}",
+        output=output,
+        exit_code=exit_code,
+        finished_at=clock.now_ms(),
+    )
+
+
+def _failed(
+    fire: Fire,
+    retry: RetryPolicy,
+    clock: Clock,
+    error: str,
+    output: str | None = None,
+    exit_code: int | None = None,
+) -> Settlement:
+    """A failed attempt: retried after a backoff, or dead-lettered when none are left."""
+    now = clock.now_ms()
+    if retry.exhausted(fire.attempts):
+        return Settlement(
+            fire.run_id,
+            Outcome.DISCARD,
+            RunState.DEAD_LETTERED,
+            error=_clip(f"failed {fire.attempts} of {retry.max_attempts} attempts: {error}"),
+            output=_clip(output, OUTPUT_MAX),
+            exit_code=exit_code,
+            finished_at=now,
+        )
+    return Settlement(
+        fire.run_id,
+        Outcome.FAIL,
+        RunState.DISPATCHED,
+        error=_clip(error),
+        output=_clip(output, OUTPUT_MAX),
+        exit_code=exit_code,
+        finished_at=now,
+        available_at=now + retry.delay_ms(fire.run_id, fire.attempts),
+    )
+
+
+def _final(
+    fire: Fire, clock: Clock, state: RunState, error: str, output: str | None = None
+) -> Settlement:
+    return Settlement(
+        fire.run_id,
+        Outcome.DISCARD,
+        state,
+        error=_clip(error),
+        output=_clip(output, OUTPUT_MAX),
+        finished_at=clock.now_ms(),
+    )
+
+
+def abandoned_too_often(fire: Fire, retry: RetryPolicy, clock: Clock) -> Settlement | None:
+    """A fire claimed more often than its attempts allow lost its consumer each time (a
+    command that kills its process, say): it is dead-lettered without running again."""
+    if fire.attempts <= retry.max_attempts:
+        return None
+    return _final(
+        fire,
+        clock,
+        RunState.DEAD_LETTERED,
+        f"abandoned: {fire.abandoned_count} attempt(s) ended with their consumer gone "
+        f"(last: {fire.last_abandoned_by}); not run again after {retry.max_attempts} attempts",
+    )
+
+
+def _output(returned: Any) -> tuple[str | None, int | None]:
+    if isinstance(returned, CommandResult):
+        return _clip(returned.output, OUTPUT_MAX), returned.exit_code
+    if returned is None:
+        return None, None
+    if isinstance(returned, str):
+        return _clip(returned, OUTPUT_MAX), None
+    try:
+        text = json.dumps(returned, default=repr, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(returned)
+    return _clip(text, OUTPUT_MAX), None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _trace(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))
+
+
+def _clip(text: str | None, limit: int = ERROR_MAX) -> str | None:
+    """The tail of `text`: the end of an output or a traceback says the most."""
+    if text is None or len(text) <= limit:
+        return text
+    return "…" + text[-(limit - 1) :]

@@ -1,0 +1,27 @@
+"""ScheduleService: the only way anything changes a schedule or asks for a fire.
+
+The CLI, the console and Python callers all come through here, so validation happens once, at
+the boundary, before anything is stored. Policy, four-eyes and audit join this path with the
+governance issue.
+"""
+
+from engine.service.core import PREVIEW_MAX, PreviewSlot, validate_spec
+from engine.service.manual import BACKFILL_CONFIRM_OVER, BackfillReport, ManualFires
+from engine.service.queue import DeadLetters
+from engine.service.static import StaticSync, SyncReport
+
+
+class ScheduleService(ManualFires, DeadLetters, StaticSync):
+    """Schedules (create, pause, resume, delete, preview), manual fires (trigger, backfill),
+    dead letters (list, requeue, purge) and static schedules (sync)."""
+
+
+__all__ = [
+    "BACKFILL_CONFIRM_OVER",
+    "PREVIEW_MAX",
+    "BackfillReport",
+    "PreviewSlot",
+    "ScheduleService",
+    "SyncReport",
+    "validate_spec",
+]

@@ -1,0 +1,67 @@
+"""Dead letters: fires that will not run again by themselves, and what an operator does."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from engine.domain.errors import InvalidInput, NotFound
+from engine.ports.fire_queue import Fire, FireQuery, FireState
+from engine.service.core import ServiceCore
+
+log = logging.getLogger("vortos.service")
+
+DEAD_LETTER_PAGE_MAX = 10_000
+
+
+class DeadLetters(ServiceCore):
+    def dead_letters(self, *, tenant: str | None = None, limit: int = 100) -> list[Fire]:
+        """Fires dead-lettered or failed for good, oldest run first."""
+        if not 1 <= limit <= DEAD_LETTER_PAGE_MAX:
+            raise InvalidInput(f"limit {limit} is out of range: use 1 to {DEAD_LETTER_PAGE_MAX}")
+        return self._storage.fire_queue.read(
+            FireQuery(tenant=tenant, states=frozenset({FireState.DISCARDED}), limit=limit)
+        )
+
+    def requeue(
+        self, run_ids: Sequence[int] | None, *, actor: str, tenant: str | None = None
+    ) -> int:
+        """Make these dead letters (None: all of `tenant`'s, or all) available again now; their
+        runs go back to `dispatched`, their counters stay."""
+        self._check_dead(run_ids, tenant)
+        count = self._storage.fire_queue.requeue(run_ids, at=self._clock.now_ms(), tenant=tenant)
+        log.info("%d dead letter(s) requeued by %s", count, actor)
+        return count
+
+    def purge(self, run_ids: Sequence[int] | None, *, actor: str, tenant: str | None = None) -> int:
+        """Delete these dead letters (None: all of `tenant`'s, or all); runs stay."""
+        self._check_dead(run_ids, tenant)
+        count = self._storage.fire_queue.purge(run_ids, tenant=tenant)
+        log.info("%d dead letter(s) purged by %s", count, actor)
+        return count
+
+    def _check_dead(self, run_ids: Sequence[int] | None, tenant: str | None) -> None:
+        """Every id named must be a dead letter: otherwise nothing is done at all."""
+        if run_ids is None:
+            return
+        if not run_ids:
+            raise InvalidInput("name at least one run id, or pass --all")
+        found = {
+            f.run_id: f
+            for f in self._storage.fire_queue.read(
+                FireQuery(tenant=tenant, run_ids=tuple(run_ids), limit=len(run_ids))
+            )
+        }
+        now = self._clock.now_ms()
+        for rid in run_ids:
+            fire = found.get(rid)
+            if fire is None:
+                raise NotFound(
+                    f"no fire for run {rid}{f' in tenant {tenant!r}' if tenant else ''}: "
+                    "`vortos queue list` shows the dead letters"
+                )
+            if fire.state_at(now) is not FireState.DISCARDED:
+                raise InvalidInput(
+                    f"run {rid} is not a dead letter (its fire is {fire.state_at(now).value}): "
+                    "only dead letters can be requeued or purged"
+                )
