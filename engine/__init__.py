@@ -1,7 +1,22 @@
 """Vortos engine: exactly-once periodic scheduling. Public API."""
 
 from engine.api import DEFAULT_DB, Engine, open_engine
-from engine.commands import CommandRegistry, builtin_commands
+from engine.commands import (
+    App,
+    Command,
+    CommandCancelled,
+    CommandFailed,
+    CommandRegistry,
+    CommandResult,
+    FireContext,
+    PermanentFailure,
+    ProcessAllowlist,
+    RescheduleFire,
+    builtin_commands,
+    load_app,
+    schedulable,
+    scheduled,
+)
 from engine.domain.clock import Clock, ManualClock, SystemClock
 from engine.domain.errors import (
     Conflict,
@@ -16,12 +31,14 @@ from engine.domain.errors import (
     StorageError,
     VortosError,
 )
+from engine.domain.retry import RetryPolicy
 from engine.domain.run import Run, RunKind, RunState
 from engine.domain.schedule import (
     MisfireKind,
     MisfirePolicy,
     OverlapPolicy,
     Schedule,
+    ScheduleOrigin,
     ScheduleSpec,
     ScheduleStatus,
 )
@@ -33,19 +50,32 @@ from engine.domain.triggers import (
     RepeatedHour,
     Trigger,
 )
+from engine.ports.fire_queue import Fire, FireState
+from engine.runtime.consumer import ConsumerConfig, FireQueueConsumer
 from engine.runtime.daemon import DaemonConfig, SchedulerDaemon
-from engine.service import PreviewSlot, ScheduleService
+from engine.service import BackfillReport, PreviewSlot, ScheduleService, SyncReport
 
 __all__ = [
     "DEFAULT_DB",
+    "App",
+    "BackfillReport",
     "Clock",
+    "Command",
+    "CommandCancelled",
+    "CommandFailed",
     "CommandRegistry",
+    "CommandResult",
     "Conflict",
+    "ConsumerConfig",
     "CronTrigger",
     "DaemonConfig",
     "DuplicateName",
     "DuplicateSlot",
     "Engine",
+    "Fire",
+    "FireContext",
+    "FireQueueConsumer",
+    "FireState",
     "IntervalTrigger",
     "InvalidInput",
     "LeaseError",
@@ -58,21 +88,30 @@ __all__ = [
     "NotFound",
     "OneShotTrigger",
     "OverlapPolicy",
+    "PermanentFailure",
     "PreviewSlot",
+    "ProcessAllowlist",
     "RepeatedHour",
+    "RescheduleFire",
+    "RetryPolicy",
     "Run",
     "RunKind",
     "RunState",
     "Schedule",
+    "ScheduleOrigin",
     "ScheduleService",
     "ScheduleSpec",
     "ScheduleStatus",
     "SchedulerDaemon",
     "StaleVersion",
     "StorageError",
+    "SyncReport",
     "SystemClock",
     "Trigger",
     "VortosError",
     "builtin_commands",
+    "load_app",
     "open_engine",
+    "schedulable",
+    "scheduled",
 ]

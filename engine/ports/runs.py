@@ -18,6 +18,7 @@ class RunQuery:
     schedule_id: str | None = None
     state: RunState | None = None
     since_ms: int | None = None  # slot instant at or after
+    until_ms: int | None = None  # slot instant before
     limit: int = 100
 
 
@@ -35,6 +36,8 @@ class RunLedger(Protocol):
         ...
 
     def find_by_slot(self, tenant: str | None, slot_key: str) -> Run | None: ...
+
+    def get(self, run_id: int) -> Run | None: ...
 
     def state_of(self, tenant: str | None, slot_key: str) -> RunState | None: ...
 

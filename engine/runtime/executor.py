@@ -220,7 +220,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def _trace(exc: BaseException) -> str:
-    return "".join(traceback.format_exception(exc))
+    """The traceback from the command's own frame down (the executor's frame says nothing)."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _clip(text: str | None, limit: int = ERROR_MAX) -> str | None:

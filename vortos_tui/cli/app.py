@@ -8,7 +8,8 @@ from typing import Annotated
 import typer
 
 from engine.api import DEFAULT_DB
-from vortos_tui.cli import db, runs, schedule
+from vortos_tui.cli import db, queue, runs, schedule
+from vortos_tui.cli.consume import consume
 from vortos_tui.cli.context import CliState
 from vortos_tui.cli.output import EXIT_CODES
 from vortos_tui.cli.run import run
@@ -30,12 +31,31 @@ def main(
         Path,
         typer.Option("--db", envvar="VORTOS_DB", help="SQLite database file.", show_default=True),
     ] = Path(DEFAULT_DB),
+    app_modules: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            envvar="VORTOS_APP",
+            help="Python module(s), comma-separated, whose @schedulable commands and "
+            "@scheduled schedules this process knows (the current directory is importable).",
+        ),
+    ] = None,
+    allow_exec: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-exec",
+            help="Executable (absolute path) the process command may run; repeat for more. "
+            "Adds to VORTOS_PROCESS_ALLOW (paths separated by ':').",
+        ),
+    ] = None,
 ) -> None:
     """Vortos: exactly-once periodic job scheduler."""
-    ctx.obj = CliState(db=db_path)
+    ctx.obj = CliState(db=db_path, app=app_modules, allow_exec=list(allow_exec or []))
 
 
 app.command("run", epilog=EXIT_CODES)(run)
+app.command("consume", epilog=EXIT_CODES)(consume)
 app.add_typer(schedule.app, name="schedule", epilog=EXIT_CODES)
 app.add_typer(runs.app, name="runs", epilog=EXIT_CODES)
+app.add_typer(queue.app, name="queue", epilog=EXIT_CODES)
 app.add_typer(db.app, name="db", epilog=EXIT_CODES)

@@ -1,19 +1,44 @@
-"""Shared CLI state: which database, who is acting."""
+"""Shared CLI state: which database, which app's commands, who is acting."""
 
 from __future__ import annotations
 
 import getpass
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
 
-from engine import Engine, open_engine
+from engine import (
+    App,
+    CommandRegistry,
+    Engine,
+    ProcessAllowlist,
+    builtin_commands,
+    load_app,
+    open_engine,
+)
 
 
 @dataclass(slots=True)
 class CliState:
     db: Path
+    app: str | None = None  # --app / VORTOS_APP: modules with @schedulable commands
+    allow_exec: list[str] = field(default_factory=list)  # --allow-exec, beside VORTOS_PROCESS_ALLOW
+    _app: App | None = None
+    _commands: CommandRegistry | None = None
+
+    def loaded_app(self) -> App:
+        """The app's commands and static schedules (imported once per invocation)."""
+        if self._app is None:
+            self._app = App() if self.app is None else load_app(self.app)
+        return self._app
+
+    def commands(self) -> CommandRegistry:
+        """The built-in commands, with the process allowlist, and the app's."""
+        if self._commands is None:
+            registry = builtin_commands(ProcessAllowlist.from_env(self.allow_exec))
+            self._commands = self.loaded_app().register_into(registry)
+        return self._commands
 
 
 def state(ctx: typer.Context) -> CliState:
@@ -23,12 +48,14 @@ def state(ctx: typer.Context) -> CliState:
 
 
 def open_for_write(ctx: typer.Context) -> Engine:
-    return open_engine(state(ctx).db, create=True)
+    cli = state(ctx)
+    return open_engine(cli.db, create=True, commands=cli.commands())
 
 
 def open_existing(ctx: typer.Context) -> Engine:
     """For changes to what is stored: a missing database is an error, not created."""
-    return open_engine(state(ctx).db, create=False)
+    cli = state(ctx)
+    return open_engine(cli.db, create=False, commands=cli.commands())
 
 
 def open_for_read(ctx: typer.Context) -> Engine:

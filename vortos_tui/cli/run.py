@@ -1,10 +1,8 @@
-"""`vortos run`: the headless daemon."""
+"""`vortos run`: the headless scheduler (daemon and consumers) under systemd or a terminal."""
 
 from __future__ import annotations
 
 import logging
-import signal
-from types import FrameType
 from typing import Annotated
 
 import typer
@@ -16,20 +14,22 @@ from engine.runtime.daemon import MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
 from vortos_tui.cli.context import open_for_write, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
+from vortos_tui.cli.workers import (
+    DEFAULT_CONSUMERS,
+    ClaimTtl,
+    Consumers,
+    Grace,
+    LogLevel,
+    NodeId,
+    build_consumer,
+    check_node_id,
+    configure_logging,
+    consumer_settings,
+    on_stop_signals,
+    start_consumer,
+)
 
 log = logging.getLogger("vortos.run")
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
-
-
-def configure_logging(level: str) -> None:
-    if level.lower() not in LOG_LEVELS:
-        raise InvalidInput(f"log level {level!r} is unknown: use one of {', '.join(LOG_LEVELS)}")
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        force=True,
-    )
 
 
 @handles_errors
@@ -41,10 +41,7 @@ def run(
             "--lease-ttl", help="Leader lease time to live; a standby takes over within it."
         ),
     ] = "15s",
-    node_id: Annotated[
-        str | None,
-        typer.Option("--node-id", help="This node's name in leases and runs [default: host:pid]."),
-    ] = None,
+    node_id: NodeId = None,
     lookahead: Annotated[
         str,
         typer.Option(
@@ -54,22 +51,29 @@ def run(
             "at once; a pause within it no longer stops a slot already dispatched.",
         ),
     ] = "0",
+    consumers: Consumers = DEFAULT_CONSUMERS,
+    no_consume: Annotated[
+        bool,
+        typer.Option(
+            "--no-consume", help="Dispatch only; run commands elsewhere with `vortos consume`."
+        ),
+    ] = False,
+    claim_ttl: ClaimTtl = "60s",
+    grace: Grace = "30s",
     demo: Annotated[
         bool,
         typer.Option(
             "--demo", help="First add a few demo schedules (tenant 'demo') if they are missing."
         ),
     ] = False,
-    log_level: Annotated[
-        str,
-        typer.Option(
-            "--log-level", help="debug, info, warning or error.", envvar="VORTOS_LOG_LEVEL"
-        ),
-    ] = "info",
+    log_level: LogLevel = "info",
 ) -> None:
-    """Run the scheduler: lead (or stand by), and dispatch every due slot exactly once.
+    """Run the scheduler: lead (or stand by) and dispatch every due slot exactly once, and run
+    the fires' commands on worker threads (unless --no-consume).
 
-    Stops cleanly on SIGTERM or SIGINT, releasing the lease so a standby takes over at once.
+    With --app, the app's static schedules are synced first. Stops cleanly on SIGTERM or
+    SIGINT: the lease is released at once so a standby takes over, running commands get the
+    grace to finish (or their fires are given back), and the exit code is 0.
     """
     configure_logging(log_level)
     ttl = parse_duration(lease_ttl, what="lease TTL")
@@ -78,26 +82,48 @@ def run(
     ahead = parse_duration(lookahead, what="lookahead")
     if ahead > MAX_LOOKAHEAD_MS:
         raise InvalidInput(f"lookahead {lookahead!r} is too long: at most 10s")
+    check_node_id(node_id)
+    settings = consumer_settings(consumers, claim_ttl, grace)
     node = node_id or default_node_id()
-    if node_id is not None and (
-        len(node_id) > 200 or not node_id.isprintable() or not node_id.strip()
-    ):
-        raise InvalidInput("--node-id must be printable text of at most 200 characters")
+    cli = state(ctx)
+    cli.commands()  # import the app (and refuse a broken one) before opening the database
     with open_for_write(ctx) as engine:
+        if cli.app is not None:
+            report = engine.service.sync_static(cli.loaded_app().static, actor=operator())
+            log.info(
+                "app %s: %d command(s); static schedules %d created, %d updated, "
+                "%d unchanged, %d disabled",
+                cli.app,
+                len(cli.loaded_app().commands),
+                len(report.created),
+                len(report.updated),
+                len(report.unchanged),
+                len(report.disabled),
+            )
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
         daemon = engine.daemon(node_id=node, lease_ttl_ms=ttl, lookahead_ms=ahead)
+        consumer = None if no_consume else build_consumer(engine, node, settings)
 
-        def stop(signum: int, _frame: FrameType | None) -> None:
-            log.info(
-                "received %s: finishing the tick and releasing the lease",
-                signal.Signals(signum).name,
-            )
+        def stop() -> None:
             daemon.stop()
+            if consumer is not None:
+                consumer.stop()
 
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        log.info("vortos %s on %s (lease ttl %s)", node, state(ctx).db, format_duration(ttl))
-        daemon.run()
+        on_stop_signals(stop)
+        log.info(
+            "vortos %s on %s (lease ttl %s, %s)",
+            node,
+            cli.db,
+            format_duration(ttl),
+            "no consumers" if consumer is None else f"{settings.concurrency} consumer thread(s)",
+        )
+        worker = None if consumer is None else start_consumer(consumer)
+        try:
+            daemon.run()
+        finally:
+            if consumer is not None and worker is not None:
+                consumer.stop()
+                worker.join()
         log.info("stopped")

@@ -15,21 +15,23 @@ from engine import (
     OneShotTrigger,
     OverlapPolicy,
     RepeatedHour,
+    RetryPolicy,
     ScheduleSpec,
     ScheduleStatus,
     Trigger,
 )
-from engine.commands import builtin_commands
 from engine.domain.clock import SystemClock
 from engine.domain.errors import InvalidInput
 from engine.domain.schedule import DEFAULT_TENANT, parse_payload, validate_name
 from engine.domain.timeutil import DAY_MS, parse_duration, parse_instant
 from engine.service import validate_spec
-from vortos_tui.cli.context import open_existing, open_for_read, open_for_write, operator
+from vortos_tui.cli.context import open_existing, open_for_read, open_for_write, operator, state
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 from vortos_tui.cli.views import (
+    backfill_json,
     preview_json,
     preview_table,
+    run_json,
     schedule_json,
     schedule_table,
     schedules_table,
@@ -153,9 +155,27 @@ def add(
     meta: Annotated[
         list[str] | None, typer.Option("--meta", help="KEY=VALUE metadata; repeat for more.")
     ] = None,
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            "--max-attempts", help="Attempts before a failing fire is dead-lettered (1 to 100)."
+        ),
+    ] = RetryPolicy().max_attempts,
+    retry_backoff: Annotated[
+        str,
+        typer.Option(
+            "--retry-backoff", help="Wait before the first retry; it doubles with each one."
+        ),
+    ] = "2s",
+    retry_backoff_cap: Annotated[
+        str, typer.Option("--retry-backoff-cap", help="The longest wait between retries.")
+    ] = "5m",
     as_json: Json = False,
 ) -> None:
-    """Add a schedule: exactly one of --cron, --every or --at."""
+    """Add a schedule: exactly one of --cron, --every or --at.
+
+    The command must be registered (built-in, or @schedulable in the --app modules), and the
+    payload must fit its parameters."""
     validate_name(name)
     validate_name(tenant, what="tenant")
     if catch_up_cap is not None and misfire is not MisfireKind.EACH:
@@ -189,9 +209,14 @@ def add(
         jitter_ms=parse_duration(jitter, what="jitter"),
         sensitive=sensitive,
         metadata=parse_meta(meta or []),
+        retry=RetryPolicy(
+            max_attempts=max_attempts,
+            backoff_ms=parse_duration(retry_backoff, what="retry backoff"),
+            backoff_cap_ms=parse_duration(retry_backoff_cap, what="retry backoff cap"),
+        ),
     )
     # Everything that can be refused is refused before the database is created or opened.
-    validate_spec(spec, builtin_commands(), now)
+    validate_spec(spec, state(ctx).commands(), now)
     with open_for_write(ctx) as engine:
         schedule = engine.service.create(spec, actor=operator())
         if as_json:
@@ -278,11 +303,23 @@ def pause(
 @app.command("resume", epilog=EXIT_CODES)
 @handles_errors
 def resume(
-    ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
+    ctx: typer.Context,
+    name: Name,
+    catch_up: Annotated[
+        bool,
+        typer.Option(
+            "--catch-up",
+            help="Also fire the slots missed while paused, as the schedule's misfire policy "
+            "says (within its maximum catch-up age).",
+        ),
+    ] = False,
+    tenant: Tenant = DEFAULT_TENANT,
+    as_json: Json = False,
 ) -> None:
-    """Dispatch again from the next slot; slots missed while paused do not fire."""
+    """Dispatch again from the next slot; slots missed while paused do not fire (unless
+    --catch-up)."""
     with open_existing(ctx) as engine:
-        schedule = engine.service.resume(name, tenant=tenant, actor=operator())
+        schedule = engine.service.resume(name, tenant=tenant, actor=operator(), catch_up=catch_up)
         if as_json:
             emit_json(schedule_json(schedule))
         else:
@@ -301,3 +338,66 @@ def delete(
             emit_json(schedule_json(schedule))
         else:
             say(f"deleted {schedule.tenant}/{schedule.name}")
+
+
+@app.command("trigger", epilog=EXIT_CODES)
+@handles_errors
+def trigger(
+    ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
+) -> None:
+    """Fire a schedule now, once (a manual run). The schedule's next slots are unchanged."""
+    with open_existing(ctx) as engine:
+        run = engine.service.trigger(name, tenant=tenant, actor=operator())
+        if as_json:
+            emit_json(run_json(run))
+        else:
+            say(f"triggered {run.tenant}/{run.schedule_name}: run {run.id} ({run.slot_key})")
+
+
+@app.command("backfill", epilog=EXIT_CODES)
+@handles_errors
+def backfill(
+    ctx: typer.Context,
+    name: Name,
+    start: Annotated[
+        str,
+        typer.Option(
+            "--from",
+            help="First instant of the range (ISO 8601; without an offset, in the "
+            "schedule's zone).",
+            show_default=False,
+        ),
+    ],
+    end: Annotated[
+        str,
+        typer.Option(
+            "--to", help="End of the range, exclusive; at or before now.", show_default=False
+        ),
+    ],
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm a range of more than 10,000 slots.")
+    ] = False,
+    tenant: Tenant = DEFAULT_TENANT,
+    as_json: Json = False,
+) -> None:
+    """Dispatch every slot of the schedule in [--from, --to) that never fired, as backfill
+    runs. Run it twice and nothing fires twice: slots already dispatched are left alone."""
+    with open_existing(ctx) as engine:
+        zone_of = engine.service.get(name, tenant=tenant).timezone
+        report = engine.service.backfill(
+            name,
+            start_ms=parse_instant(start, zone_of),
+            end_ms=parse_instant(end, zone_of),
+            actor=operator(),
+            tenant=tenant,
+            confirmed=yes,
+        )
+        if as_json:
+            emit_json(backfill_json(report))
+        elif report.slots == 0:
+            say(f"no slot of {tenant}/{name} falls in that range")
+        else:
+            say(
+                f"backfilled {tenant}/{name}: {report.slots} slot(s) in range, "
+                f"{report.dispatched} dispatched, {report.already} already dispatched before"
+            )

@@ -6,10 +6,10 @@ from typing import Any
 
 from rich.table import Table
 
-from engine import Run, Schedule, ScheduleStatus
+from engine import Fire, Run, Schedule, ScheduleStatus
 from engine.domain.schedule import canonical_json
 from engine.domain.timeutil import format_duration, iso_local, iso_utc
-from engine.service import PreviewSlot
+from engine.service import BackfillReport, PreviewSlot
 
 
 def _instant(ms: int | None) -> str | None:
@@ -37,6 +37,8 @@ def schedule_json(s: Schedule) -> dict[str, Any]:
         },
         "overlap": s.overlap.value,
         "jitter_ms": s.jitter_ms,
+        "retry": s.retry.to_json(),
+        "origin": s.origin.value,
         "status": s.status.value,
         "pause_note": s.pause_note,
         "sensitive": s.sensitive,
@@ -109,6 +111,12 @@ def schedule_table(s: Schedule, now_ms: int) -> Table:
         ("overlap", s.overlap.value),
         ("jitter", format_duration(s.jitter_ms)),
         ("sensitive", "yes" if s.sensitive else "no"),
+        ("origin", s.origin.value),
+        (
+            "retry",
+            f"{s.retry.max_attempts} attempt(s), backoff {format_duration(s.retry.backoff_ms)} "
+            f"doubling to {format_duration(s.retry.backoff_cap_ms)}",
+        ),
     ]
     if s.next_fire_at is not None:
         rows.append(
@@ -167,23 +175,110 @@ def run_json(r: Run) -> dict[str, Any]:
         "lateness_ms": r.lateness_ms,
         "node": r.node_id,
         "attempts": r.attempts,
+        "started_at": _instant(r.started_at),
         "finished_at": _instant(r.finished_at),
+        "duration_ms": r.duration_ms,
+        "consumer": r.consumer,
+        "abandoned": r.abandoned,
+        "exit_code": r.exit_code,
         "error": r.error,
+        "output": r.output,
+    }
+
+
+def run_table(r: Run) -> Table:
+    """One run in full: its record, error and output tail."""
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    data = run_json(r)
+    for key in (
+        "id",
+        "tenant",
+        "schedule",
+        "slot_key",
+        "slot_at",
+        "due_at",
+        "kind",
+        "state",
+        "dispatched_at",
+        "lateness_ms",
+        "node",
+        "attempts",
+        "abandoned",
+        "consumer",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+        "exit_code",
+        "error",
+    ):
+        value = data[key]
+        if value is not None:
+            table.add_row(key.replace("_", " "), str(value))
+    if r.output:
+        table.add_row("output", r.output)
+    return table
+
+
+def fire_json(f: Fire, now_ms: int) -> dict[str, Any]:
+    return {
+        "run_id": f.run_id,
+        "tenant": f.tenant,
+        "schedule": f.schedule_name,
+        "slot_key": f.slot_key,
+        "kind": f.kind.value,
+        "command": f.command,
+        "state": f.state_at(now_ms).value,
+        "attempts": f.attempts,
+        "abandoned": f.abandoned_count,
+        "available_at": iso_utc(f.available_at),
+        "discarded_at": _instant(f.discarded_at),
+        "reason": f.discard_reason,
+    }
+
+
+def fires_table(fires: list[Fire], now_ms: int) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column in ("RUN", "SCHEDULE", "SLOT (UTC)", "ATTEMPTS", "DEAD SINCE", "REASON"):
+        table.add_column(column, no_wrap=column != "REASON", overflow="fold")
+    for f in fires:
+        table.add_row(
+            str(f.run_id),
+            f"{f.tenant}/{f.schedule_name}",
+            iso_utc(f.slot_at),
+            str(f.attempts),
+            "" if f.discarded_at is None else in_words(f.discarded_at - now_ms),
+            f.discard_reason or "",
+        )
+    return table
+
+
+def backfill_json(report: BackfillReport) -> dict[str, Any]:
+    return {
+        "schedule": report.schedule,
+        "slots": report.slots,
+        "dispatched": report.dispatched,
+        "already_dispatched": report.already,
+        "first_slot": _instant(report.first_slot),
+        "last_slot": _instant(report.last_slot),
     }
 
 
 def runs_table(runs: list[Run]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("ID", "SCHEDULE", "SLOT (UTC)", "STATE", "LATE", "KIND", "NODE"):
+    for column in ("ID", "SCHEDULE", "SLOT (UTC)", "STATE", "TRY", "LATE", "TOOK", "KIND"):
         table.add_column(column, no_wrap=True)
     for r in runs:
+        took = r.duration_ms
         table.add_row(
             str(r.id),
             r.schedule_name,
             iso_utc(r.slot_at),
             r.state.value,
+            str(r.attempts),
             f"{r.lateness_ms} ms",
+            "" if took is None else format_duration(took) if took >= 1000 else f"{took} ms",
             r.kind.value,
-            r.node_id,
         )
     return table

@@ -86,6 +86,11 @@ class SqliteRunLedger:
             row = first(self._pool.get(), sql, args)
         return None if row is None else run_from_row(row)
 
+    def get(self, run_id: int) -> Run | None:
+        with storage_errors(self._pool.path):
+            row = first(self._pool.get(), f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return None if row is None else run_from_row(row)
+
     def state_of(self, tenant: str | None, slot_key: str) -> RunState | None:
         run = self.find_by_slot(tenant, slot_key)
         return None if run is None else run.state
@@ -119,6 +124,9 @@ class SqliteRunLedger:
         if query.since_ms is not None:
             clauses.append("slot_at >= ?")
             args.append(query.since_ms)
+        if query.until_ms is not None:
+            clauses.append("slot_at < ?")
+            args.append(query.until_ms)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         # One schedule's runs come newest slot first through its index; the whole ledger in
         # the order of dispatch, newest first, through the row id (no index on time).
