@@ -128,3 +128,47 @@ def test_reading_a_missing_database_creates_nothing(tmp_path: Path, clock: Manua
     with pytest.raises(StorageError, match="no database"):
         open_engine(path, clock=clock, create=False, readonly=True)
     assert not path.exists()
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _shape(conn: apsw.Connection) -> tuple[dict[str, list[tuple[object, ...]]], list[object]]:
+    """Every table's columns (in order, with types, defaults, keys) and every index/trigger."""
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    columns = {t: [tuple(r) for r in conn.execute(f"PRAGMA table_info({t})")] for t in tables}
+    others = sorted(
+        tuple(r)
+        for r in conn.execute(
+            "SELECT type, name, tbl_name FROM sqlite_master WHERE type IN ('index', 'trigger')"
+        )
+    )
+    return columns, list(others)
+
+
+def test_a_version_1_database_upgrades_to_exactly_the_current_schema(
+    db_path: Path, clock: ManualClock, tmp_path: Path
+) -> None:
+    old = apsw.Connection(str(db_path))
+    old.execute((FIXTURES / "schema_v1.sql").read_text())
+    old.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    old.execute("PRAGMA user_version = 1")
+    old.execute(
+        "INSERT INTO schedules (id, tenant, name, trigger_kind, trigger_spec, timezone, command, "
+        "payload, misfire, overlap, status, version, created_at, updated_at) VALUES ('s1', "
+        "'default', 'kept', 'interval', '{\"every_ms\":60000,\"anchor_ms\":0}', 'UTC', 'noop', "
+        "'{}', '{\"kind\":\"latest\",\"catch_up_cap\":100,\"max_age_ms\":86400000,"
+        "\"grace_ms\":60000}', 'skip', 'active', 1, 0, 0)"
+    )
+    old.close()
+    with open_engine(db_path, clock=clock) as engine:
+        kept = engine.service.get("kept")
+        assert kept.origin.value == "dynamic"
+        assert kept.retry.max_attempts == 3
+    fresh_path = tmp_path / "fresh.db"
+    open_engine(fresh_path, clock=clock).close()
+    upgraded, fresh = apsw.Connection(str(db_path)), apsw.Connection(str(fresh_path))
+    assert _shape(upgraded) == _shape(fresh)
+    assert upgraded.execute("PRAGMA user_version").fetchall()[0][0] == SCHEMA_VERSION
+    upgraded.close()
+    fresh.close()
