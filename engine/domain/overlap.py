@@ -7,7 +7,7 @@ claim's transaction, so two consumers can never both decide that a schedule is i
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engine.domain.run import RunKind
@@ -40,15 +40,22 @@ class ClaimPlan:
     waiting: list[int] = field(default_factory=list)  # left for a later claim
 
 
-def plan_claim(candidates: Sequence[Candidate], running: Collection[str], limit: int) -> ClaimPlan:
-    """Decide, in candidate order, what to claim (at most `limit`), skip, cancel or leave."""
+def plan_claim(
+    candidates: Sequence[Candidate], running: Mapping[str, Collection[int]], limit: int
+) -> ClaimPlan:
+    """Decide, in candidate order, what to claim (at most `limit`), skip, cancel or leave.
+
+    `running` maps each schedule with fires under a live claim to those fires' run ids.
+    """
     plan = ClaimPlan()
     busy = set(running)
     buffered: set[str] = set()
-    newest: dict[str, int] = {}  # cancel-other: only a schedule's newest fire may run
+    # cancel-other: only a schedule's newest fire (the highest run id: dispatched last) may
+    # run; an older one, even one taken over from a vanished consumer, is superseded.
+    newest: dict[str, int] = {sid: max(ids) for sid, ids in running.items() if ids}
     for c in candidates:
         if c.policy is OverlapPolicy.CANCEL_OTHER and c.kind is not RunKind.BACKFILL:
-            newest[c.schedule_id] = c.run_id
+            newest[c.schedule_id] = max(c.run_id, newest.get(c.schedule_id, c.run_id))
     for c in candidates:
         sid = c.schedule_id
         if c.policy is None:
@@ -72,7 +79,7 @@ def plan_claim(candidates: Sequence[Candidate], running: Collection[str], limit:
             if newest[sid] != c.run_id:
                 plan.cancel[c.run_id] = SUPERSEDED
                 continue
-            if sid in busy:
+            if sid in running:
                 plan.cancel_running.add(sid)
             take = True
         elif sid not in busy:

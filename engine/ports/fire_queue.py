@@ -178,8 +178,8 @@ class FireQueue(Protocol):
       which held fires were asked to stop.
     - `settle` applies each settlement to a fire still held by `token`, even after its
       deadline, unless another claim took it or it was settled already; those are reported
-      stale, change nothing, and a stale terminal outcome (complete, discard) counts a stale
-      ack. Never raises for staleness. Every outcome clears the claim; the run moves with it,
+      stale and change nothing, and a stale outcome other than release counts a stale ack.
+      Never raises for staleness. Every outcome clears the claim; the run moves with it,
       through legal transitions only.
     - `requeue` makes dead letters (or any open fire) available again at `at`, clearing the
       claim (which fences its holder) and moving the run back to `dispatched`; counters stay.

@@ -157,8 +157,8 @@ class FireQueueConsumer:
         self.settle_finished()
         self._heartbeat()
         self._watch_cancellations()
-        claimed = 0 if self._stopping.is_set() else self._claim()
-        if claimed:
+        decided = 0 if self._stopping.is_set() else self._claim()
+        if decided:
             return 0.0
         now = self._clock.now_ms()
         wake = now + self.config.idle_wait_ms
@@ -243,7 +243,8 @@ class FireQueueConsumer:
         self.stats.claimed += len(claim.fires)
         if refused:
             self._settle(claim.token, refused)
-        return len(claim.fires)
+        # Fires skipped or cancelled at claim took room in the batch: more may be waiting.
+        return len(claim.fires) + len(claim.skipped) + len(claim.cancelled)
 
     def _renew_margin(self) -> int:
         return self.config.claim_ttl_ms * 2 // 3

@@ -181,12 +181,21 @@ class SqliteFireQueue:
             {**args, "busy": busy, "limit": limit * 2 + 32},
         ):
             found[row[0]] = row
-        # ... and looked at one by one, except buffer-all, whose fires all simply wait.
+        # ... and looked at one by one, except an active buffer-all one, whose fires all
+        # simply wait. (A deleted schedule has no row: its fires are read, to be skipped.)
         if running:
-            for sid, overlap in conn.execute(
-                f"SELECT id, overlap FROM schedules WHERE id IN {_IDS}", (busy,)
-            ):
-                if overlap == OverlapPolicy.BUFFER_ALL.value:
+            defined = {
+                sid: (overlap, status)
+                for sid, overlap, status in conn.execute(
+                    f"SELECT id, overlap, status FROM schedules WHERE id IN {_IDS}", (busy,)
+                )
+            }
+            for sid in sorted(running):
+                overlap, status = defined.get(sid, (None, None))
+                if (
+                    overlap == OverlapPolicy.BUFFER_ALL.value
+                    and status == ScheduleStatus.ACTIVE.value
+                ):
                     continue
                 for row in conn.execute(
                     f"SELECT {_CANDIDATE_COLUMNS} WHERE f.schedule_id = :sid AND "
