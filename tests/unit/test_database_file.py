@@ -157,7 +157,7 @@ def test_a_version_1_database_upgrades_to_exactly_the_current_schema(
         "INSERT INTO schedules (id, tenant, name, trigger_kind, trigger_spec, timezone, command, "
         "payload, misfire, overlap, status, version, created_at, updated_at) VALUES ('s1', "
         "'default', 'kept', 'interval', '{\"every_ms\":60000,\"anchor_ms\":0}', 'UTC', 'noop', "
-        "'{}', '{\"kind\":\"latest\",\"catch_up_cap\":100,\"max_age_ms\":86400000,"
+        '\'{}\', \'{"kind":"latest","catch_up_cap":100,"max_age_ms":86400000,'
         "\"grace_ms\":60000}', 'skip', 'active', 1, 0, 0)"
     )
     old.close()
