@@ -43,8 +43,8 @@ class DaemonConfig:
     lease_key: str = LEADER_LEASE
     # Dispatch slots up to this long before they are due. Their fires still become available
     # at the due instant, so nothing runs early; a burst of thousands of slots due at the same
-    # instant is then written before that instant instead of after it. The cost: a pause or a
-    # delete within the lookahead no longer stops a slot already dispatched.
+    # instant is then written before that instant instead of after it. A pause or a delete
+    # within the lookahead still stops the slot: consumers skip such fires at claim.
     lookahead_ms: int = 0
     # The shortest sleep after a dispatch transaction that found work.
     coalesce_ms: int = 10

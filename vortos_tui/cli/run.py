@@ -48,7 +48,7 @@ def run(
             "--lookahead",
             help="Dispatch slots up to this long before they are due (0 to 10s); their fires "
             "still become available at the due instant. Helps bursts of thousands of slots due "
-            "at once; a pause within it no longer stops a slot already dispatched.",
+            "at once (a pause within it still stops the slot: consumers skip it).",
         ),
     ] = "0",
     consumers: Consumers = DEFAULT_CONSUMERS,
