@@ -66,7 +66,7 @@ def _import(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
+        if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
             raise InvalidInput(
                 f"cannot import app module {name!r}: no module named {exc.name!r}; check --app "
                 f"/ {APP_ENV}, and run from the directory that holds it (or set PYTHONPATH)"

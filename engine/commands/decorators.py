@@ -12,7 +12,7 @@ payload cannot carry, a payload that does not fit) are raised at import time, as
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, overload
 
 from engine.commands.registry import Command, command_from
@@ -24,6 +24,9 @@ from engine.domain.schedule import (
     MisfirePolicy,
     OverlapPolicy,
     ScheduleSpec,
+    validate_jitter,
+    validate_metadata,
+    validate_name,
 )
 from engine.domain.timeutil import parse_duration, zone
 from engine.domain.triggers import CronTrigger, IntervalTrigger, Trigger
@@ -49,7 +52,9 @@ def schedulable(fn: F, /) -> F: ...
 
 
 @overload
-def schedulable(name: str | None = None, /, *, description: str = "") -> Callable[[F], F]: ...
+def schedulable(
+    fn: str | None = None, /, *, name: str | None = None, description: str = ""
+) -> Callable[[F], F]: ...
 
 
 def schedulable(
@@ -57,16 +62,40 @@ def schedulable(
 ) -> F | Callable[[F], F]:
     """Mark a callable as a command, named `name` (default: the function's name, with '_'
     as '-'). Its type-hinted parameters are the payload's fields; a parameter annotated
-    FireContext receives the fire's identity instead."""
+    FireContext receives the fire's identity instead. Put it below any @scheduled."""
 
     def mark(target: F, command_name: str | None) -> F:
-        chosen = command_name or target.__name__.replace("_", "-").lower()
-        setattr(target, COMMAND_ATTR, command_from(chosen, target, description))
+        if command_name is not None and not command_name.strip():
+            raise InvalidInput("@schedulable was given an empty name: give a name or none")
+        chosen = command_name or target.__name__.strip("_").replace("_", "-").lower()
+        command = command_from(chosen, target, description)
+        earlier = command_of(target)
+        setattr(target, COMMAND_ATTR, command)
+        if earlier is not None and earlier.name != command.name:
+            # @schedulable above @scheduled: the static schedules were declared under the
+            # default name; point them at the name given here.
+            setattr(
+                target,
+                SCHEDULES_ATTR,
+                [_renamed(s, earlier.name, command) for s in schedules_of(target)],
+            )
         return target
 
     if callable(fn):
         return mark(fn, name)
-    return lambda target: mark(target, fn or name)
+    return lambda target: mark(target, fn if fn is not None else name)
+
+
+def _renamed(static: StaticSchedule, old: str, command: Command) -> StaticSchedule:
+    spec = static.spec
+    return StaticSchedule(
+        replace(
+            spec,
+            command=command.name,
+            name=command.name if spec.name == old else spec.name,
+        ),
+        static.source,
+    )
 
 
 def command_of(fn: Any) -> Command | None:
@@ -87,6 +116,7 @@ def scheduled(
     jitter: str | None = None,
     max_attempts: int | None = None,
     retry_backoff: str | None = None,
+    retry_backoff_cap: str | None = None,
     metadata: Mapping[str, str] | None = None,
 ) -> Callable[[F], F]:
     """Declare a static schedule of the command below it: `cron` (5 fields, or 6 with seconds
@@ -101,14 +131,13 @@ def scheduled(
         every_ms = parse_duration(str(every), what="every")
         trigger = IntervalTrigger(every_ms, 0)
     zone(timezone)
-    policy = RetryPolicy()
-    retry = RetryPolicy(
-        max_attempts=policy.max_attempts if max_attempts is None else max_attempts,
-        backoff_ms=policy.backoff_ms
-        if retry_backoff is None
-        else parse_duration(retry_backoff, what="retry backoff"),
-        backoff_cap_ms=policy.backoff_cap_ms,
-    )
+    validate_name(tenant, what="tenant")
+    if name is not None:
+        validate_name(name)
+    policies = _policies(misfire, overlap)
+    jitter_ms = validate_jitter(0 if jitter is None else parse_duration(jitter, what="jitter"))
+    validate_metadata(metadata or {})
+    retry = _retry(max_attempts, retry_backoff, retry_backoff_cap)
 
     def declare(target: F) -> F:
         command = command_of(target) or command_of(schedulable(target))
@@ -122,9 +151,9 @@ def scheduled(
             payload=checked,
             timezone=timezone,
             tenant=tenant,
-            misfire=MisfirePolicy(kind=MisfireKind(misfire)),
-            overlap=OverlapPolicy(overlap),
-            jitter_ms=0 if jitter is None else parse_duration(jitter, what="jitter"),
+            misfire=MisfirePolicy(kind=policies[0]),
+            overlap=policies[1],
+            jitter_ms=jitter_ms,
             metadata={**(metadata or {}), SOURCE_KEY: source},
             retry=retry,
         )
@@ -138,6 +167,37 @@ def scheduled(
         return target
 
     return declare
+
+
+def _policies(misfire: str, overlap: str) -> tuple[MisfireKind, OverlapPolicy]:
+    try:
+        kind = MisfireKind(misfire)
+    except ValueError:
+        known = ", ".join(k.value for k in MisfireKind)
+        raise InvalidInput(f"misfire {misfire!r} is unknown: use one of {known}") from None
+    try:
+        policy = OverlapPolicy(overlap)
+    except ValueError:
+        known = ", ".join(p.value for p in OverlapPolicy)
+        raise InvalidInput(f"overlap {overlap!r} is unknown: use one of {known}") from None
+    return kind, policy
+
+
+def _retry(max_attempts: int | None, backoff: str | None, cap: str | None) -> RetryPolicy:
+    default = RetryPolicy()
+    backoff_ms = (
+        default.backoff_ms if backoff is None else parse_duration(backoff, what="retry backoff")
+    )
+    cap_ms = (
+        max(default.backoff_cap_ms, backoff_ms)
+        if cap is None
+        else parse_duration(cap, what="retry backoff cap")
+    )
+    return RetryPolicy(
+        max_attempts=default.max_attempts if max_attempts is None else max_attempts,
+        backoff_ms=backoff_ms,
+        backoff_cap_ms=cap_ms,
+    )
 
 
 def schedules_of(fn: Any) -> list[StaticSchedule]:

@@ -79,7 +79,8 @@ def _timeout_ms(value: Any) -> int:
     ms = round(value * 1000) if isinstance(value, int | float) else parse_duration(str(value))
     if not 0 < ms <= MAX_TIMEOUT_MS:
         raise InvalidInput(
-            f"process timeout {format_duration(abs(ms))} is out of range: use 1s to 7d"
+            f"process timeout {format_duration(abs(ms))} is out of range: use more than 0 "
+            "and at most 7d"
         )
     return ms
 
@@ -94,6 +95,11 @@ class ProcessRunner:
         argv = payload["argv"]
         if not argv:
             raise InvalidInput("process argv is empty: give the program and its arguments")
+        texts = [*argv, payload.get("cwd") or "", *(payload.get("env") or {}).items()]
+        if any("\x00" in (t if isinstance(t, str) else "".join(t)) for t in texts):
+            raise InvalidInput(
+                "process argv, cwd and env cannot contain a NUL character: remove it"
+            )
         self.allowlist.check(argv[0])
         if "timeout" in payload:
             _timeout_ms(payload["timeout"])

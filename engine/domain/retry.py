@@ -16,7 +16,8 @@ JITTER_SHARE = 0.25
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """A failed attempt is retried after `backoff_ms * 2**(n-1)` (at most `backoff_cap_ms`),
-    plus up to a quarter of that as jitter, until `max_attempts` attempts were made; then the
+    plus up to a quarter of that as jitter (so fires that failed together spread out even at
+    the cap), until `max_attempts` attempts were made; then the
     fire is dead-lettered. Attempts abandoned by a vanished consumer count too, so a command
     that kills its consumer cannot loop forever."""
 
@@ -62,4 +63,4 @@ class RetryPolicy:
         base = min(self.backoff_cap_ms, self.backoff_ms * 2 ** min(max(attempt - 1, 0), 40))
         digest = hashlib.blake2b(f"{run_id}:{attempt}".encode(), digest_size=8).digest()
         share = int.from_bytes(digest, "big") / 2**64 * JITTER_SHARE
-        return int(min(self.backoff_cap_ms, base + int(base * share)))
+        return int(base + int(base * share))

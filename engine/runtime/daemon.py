@@ -91,6 +91,12 @@ class SchedulerDaemon:
         if now - self._last_renewed >= ttl * RENEWAL_GUARD:
             log.warning("lease renewal silent for %d ms: not dispatching", now - self._last_renewed)
             return 0.1
+        horizon = now + self.config.lookahead_ms
+        next_due = self._storage.dispatcher.next_due_at()
+        if next_due is None or next_due > horizon:
+            # Nothing due: woken by someone else's commit (consumers settle all the time).
+            # A read decides that; a write transaction would only compete with them.
+            return self._idle_wait(now, next_due, dispatched=False)
         try:
             report = self._storage.dispatcher.dispatch_due(
                 lease_key=self.config.lease_key,
@@ -107,14 +113,19 @@ class SchedulerDaemon:
         self._report(report, now)
         if report.truncated or report.scanned >= self.config.batch:
             return 0.0  # more is due: go again at once
+        return self._idle_wait(
+            now, self._storage.dispatcher.next_due_at(), dispatched=bool(report.dispatched)
+        )
+
+    def _idle_wait(self, now: int, next_due: int | None, *, dispatched: bool) -> float:
+        """Seconds until the next due slot, the next renewal, or at most MAX_IDLE_MS."""
         wake = now + MAX_IDLE_MS
-        next_due = self._storage.dispatcher.next_due_at()
         if next_due is not None:
             wake = min(wake, next_due - self.config.lookahead_ms)
-        wake = min(wake, self._last_renewed + ttl // 3)
+        wake = min(wake, self._last_renewed + self.config.lease_ttl_ms // 3)
         # Slots due a moment apart go out together: a few milliseconds of lateness instead of
         # a transaction (and its fixed cost) per slot when thousands are spread over a second.
-        if report.dispatched:
+        if dispatched:
             wake = max(wake, now + self.config.coalesce_ms)
         return max(0.0, (wake - self._clock.now_ms()) / 1000)
 

@@ -33,7 +33,8 @@ from engine.ports.fire_queue import Fire, Outcome, Settlement
 
 log = logging.getLogger("vortos.consumer")
 
-OUTPUT_MAX = 4096
+# Room for a process's stdout and stderr tails (4 KiB each) with their headers.
+OUTPUT_MAX = 9000
 ERROR_MAX = 2000
 
 
@@ -83,17 +84,17 @@ def execute(
     except (CommandCancelled, asyncio.CancelledError) as exc:
         if ctx.cancelled:
             return _cancelled(fire, ctx, clock)
-        return _failed(fire, retry(), clock, _describe(exc), _trace(exc))
+        return _failed(fire, retry(), clock, _describe(exc), _trace(exc, command))
     except PermanentFailure as exc:
-        return _final(fire, clock, RunState.FAILED, _describe(exc), _trace(exc))
+        return _final(fire, clock, RunState.FAILED, _describe(exc), _trace(exc, command))
     except CommandFailed as exc:
         if ctx.cancelled:
             return _cancelled(fire, ctx, clock, output=exc.output, exit_code=exc.exit_code)
         return _failed(fire, retry(), clock, str(exc), exc.output, exc.exit_code)
     except Exception as exc:  # noqa: BLE001 (a command may raise anything; it is recorded)
         if ctx.cancelled:
-            return _cancelled(fire, ctx, clock, output=_trace(exc))
-        return _failed(fire, retry(), clock, _describe(exc), _trace(exc))
+            return _cancelled(fire, ctx, clock, output=_trace(exc, command))
+        return _failed(fire, retry(), clock, _describe(exc), _trace(exc, command))
     output, code = _output(returned)
     return Settlement(
         fire.run_id,
@@ -219,10 +220,20 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _trace(exc: BaseException) -> str:
-    """The traceback from the command's own frame down (the executor's frame says nothing)."""
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+def _trace(exc: BaseException, command: Command) -> str:
+    """The traceback from the command's own frame down: the executor's and the event loop's
+    frames above it say nothing about the failure."""
+    code = getattr(command.run, "__code__", None) or getattr(
+        getattr(command.run, "__func__", None), "__code__", None
+    )
+    tb = exc.__traceback__
+    start = tb.tb_next if tb is not None else None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            start = tb
+            break
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, start))
 
 
 def _clip(text: str | None, limit: int = ERROR_MAX) -> str | None:
