@@ -124,7 +124,9 @@ CREATE TABLE fire_queue (
     last_stale_ack_by    TEXT,
     last_stale_ack_at    INTEGER,
     discard_reason       TEXT,
-    cancel_requested_at  INTEGER                -- cancel-other asked the holder to stop
+    cancel_requested_at  INTEGER,               -- cancel-other asked the holder to stop
+    -- attempts when an operator last requeued it: the retry budget starts over from there
+    requeued_at_attempt  INTEGER NOT NULL DEFAULT 0
 );
 
 -- Claims read open fires in the order they became available.

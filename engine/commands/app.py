@@ -71,7 +71,14 @@ def _import(name: str) -> ModuleType:
                 f"cannot import app module {name!r}: no module named {exc.name!r}; check --app "
                 f"/ {APP_ENV}, and run from the directory that holds it (or set PYTHONPATH)"
             ) from None
-        raise InvalidInput(f"importing app module {name!r} failed: {exc}") from None
+        raise InvalidInput(
+            f"importing app module {name!r} failed: it imports {exc.name!r}, which is not "
+            "installed here: install it in this environment, or fix the import"
+        ) from None
+    except SyntaxError as exc:
+        raise InvalidInput(
+            f"app module {name!r} has a syntax error at {exc.filename}:{exc.lineno}: {exc.msg}"
+        ) from None
     except InvalidInput as exc:
         raise InvalidInput(f"app module {name!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 (the user's module may raise anything on import)

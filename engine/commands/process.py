@@ -69,14 +69,19 @@ class ProcessAllowlist:
         hint = "" if os.path.isabs(program) else " (give the full path)"
         raise InvalidInput(
             f"{program!r} is not on the process allowlist{hint}; allowed: "
-            f"{', '.join(sorted(self.executables))}"
+            f"{', '.join(sorted(self.executables))}; an operator adds executables with "
+            f"{ALLOW_ENV} or --allow-exec"
         )
 
 
 def _timeout_ms(value: Any) -> int:
     if isinstance(value, bool) or value is None:
         raise InvalidInput("process timeout must be a duration such as '30s' or '5m'")
-    ms = round(value * 1000) if isinstance(value, int | float) else parse_duration(str(value))
+    ms = (
+        round(value * 1000)
+        if isinstance(value, int | float)
+        else parse_duration(str(value), what="process timeout")
+    )
     if not 0 < ms <= MAX_TIMEOUT_MS:
         raise InvalidInput(
             f"process timeout {format_duration(abs(ms))} is out of range: use more than 0 "

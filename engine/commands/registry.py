@@ -72,6 +72,11 @@ class CommandRegistry:
     def add(self, command: Command) -> None:
         existing = self._commands.get(command.name)
         if existing is not None and existing.run is not command.run:
+            if existing.source.startswith("engine."):
+                raise InvalidInput(
+                    f"command name {command.name!r} ({command.source}) is taken by a built-in "
+                    "command: give yours another name"
+                )
             raise InvalidInput(
                 f"command {command.name!r} is registered twice ({existing.source} and "
                 f"{command.source}): give one of them another name"

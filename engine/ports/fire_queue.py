@@ -49,6 +49,12 @@ class Fire:
     discard_reason: str | None = None
     last_error: str | None = None
     lease_token: str | None = None
+    requeued_at_attempt: int = 0  # attempts when an operator last requeued it
+
+    @property
+    def round_attempts(self) -> int:
+        """Attempts since the last requeue: what the retry budget counts."""
+        return self.attempts - self.requeued_at_attempt
 
     def state_at(self, now_ms: int) -> FireState:
         if self.discarded_at is not None:
@@ -182,7 +188,8 @@ class FireQueue(Protocol):
       Never raises for staleness. Every outcome clears the claim; the run moves with it,
       through legal transitions only.
     - `requeue` makes dead letters (or any open fire) available again at `at`, clearing the
-      claim (which fences its holder) and moving the run back to `dispatched`; counters stay.
+      claim (which fences its holder) and moving the run back to `dispatched`; counters stay,
+      but the failure streak and the retry budget (`round_attempts`) start over.
     - `purge` deletes dead letters; their runs stay in the ledger.
     - `enqueue` writes runs and fires for manual and backfill slots, skipping slot keys the
       ledger already holds; never touches a schedule's cursor.

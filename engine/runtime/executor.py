@@ -152,12 +152,15 @@ def _failed(
 ) -> Settlement:
     """A failed attempt: retried after a backoff, or dead-lettered when none are left."""
     now = clock.now_ms()
-    if retry.exhausted(fire.attempts):
+    if retry.exhausted(fire.round_attempts):
+        since = " since its requeue" if fire.requeued_at_attempt else ""
         return Settlement(
             fire.run_id,
             Outcome.DISCARD,
             RunState.DEAD_LETTERED,
-            error=_clip(f"failed {fire.attempts} of {retry.max_attempts} attempts: {error}"),
+            error=_clip(
+                f"failed {fire.round_attempts} of {retry.max_attempts} attempts{since}: {error}"
+            ),
             output=_clip(output, OUTPUT_MAX),
             exit_code=exit_code,
             finished_at=now,
@@ -190,7 +193,7 @@ def _final(
 def abandoned_too_often(fire: Fire, retry: RetryPolicy, clock: Clock) -> Settlement | None:
     """A fire claimed more often than its attempts allow lost its consumer each time (a
     command that kills its process, say): it is dead-lettered without running again."""
-    if fire.attempts <= retry.max_attempts:
+    if fire.round_attempts <= retry.max_attempts:
         return None
     return _final(
         fire,

@@ -190,6 +190,11 @@ class ServiceCore:
         schedule = self._current(name, tenant, expected_version)
         if schedule.status is ScheduleStatus.ACTIVE:
             return schedule
+        if schedule.status is ScheduleStatus.DISABLED and schedule.origin is ScheduleOrigin.STATIC:
+            raise Conflict(
+                f"schedule {name!r} is disabled: it is no longer declared in the app's code; "
+                "declare it again (it returns at the next `vortos run --app`) or delete it"
+            )
         now = self._clock.now_ms()
         if catch_up and schedule.next_slot_at is not None:
             next_slot: int | None = schedule.next_slot_at
@@ -273,7 +278,8 @@ def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
 
 
 def _refuse_static(schedule: Schedule, verb: str) -> None:
-    if schedule.origin is ScheduleOrigin.STATIC:
+    # A static schedule the code no longer declares (disabled) is the operator's to remove.
+    if schedule.origin is ScheduleOrigin.STATIC and schedule.status is not ScheduleStatus.DISABLED:
         raise Conflict(
             f"schedule {schedule.name!r} is static: it is declared in code "
             f"({schedule.metadata.get(SOURCE_KEY, 'in the app')}) and cannot be {verb} at "

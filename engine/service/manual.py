@@ -63,9 +63,10 @@ class ManualFires(ServiceCore):
         backfill runs under the schedule's overlap policy. Slot keys are the trigger's own, so
         a slot fires once however often the range is backfilled."""
         if end_ms <= start_ms:
+            shape = "empty" if end_ms == start_ms else "reversed"
             raise InvalidInput(
-                f"the backfill range is empty: end {iso_utc(end_ms)} must be after start "
-                f"{iso_utc(start_ms)}"
+                f"the backfill range is {shape}: the end ({iso_utc(end_ms)}) must be after the "
+                f"start ({iso_utc(start_ms)})"
             )
         now = self._clock.now_ms()
         if end_ms > now:
@@ -75,11 +76,17 @@ class ManualFires(ServiceCore):
             )
         schedule = self.get(name, tenant=tenant)
         self._check_payload(schedule)
-        slots = _slots_between(schedule, start_ms, end_ms)
-        if len(slots) > BACKFILL_CONFIRM_OVER and not confirmed:
+        limit = BACKFILL_HARD_LIMIT if confirmed else BACKFILL_CONFIRM_OVER
+        slots = _slots_between(schedule, start_ms, end_ms, limit)
+        if slots is None and not confirmed:
             raise InvalidInput(
-                f"the range holds {len(slots)} slots of {name!r}, more than "
-                f"{BACKFILL_CONFIRM_OVER}: check the range, or confirm with --yes"
+                f"the range holds more than {BACKFILL_CONFIRM_OVER} slots of {name!r}: check "
+                "the range, or confirm with --yes"
+            )
+        if slots is None:
+            raise InvalidInput(
+                f"the range holds more than {BACKFILL_HARD_LIMIT} slots of {name!r}: "
+                "backfill it in smaller ranges"
             )
         fires = [
             self._new_fire(
@@ -122,7 +129,14 @@ class ManualFires(ServiceCore):
         # Checked when this process knows the command (the CLI may run without --app; the
         # consumer checks again before running).
         if schedule.command in self.commands:
-            self.commands.validate(schedule.command, schedule.payload)
+            try:
+                self.commands.validate(schedule.command, schedule.payload)
+            except InvalidInput as exc:
+                raise InvalidInput(
+                    f"the stored payload of schedule {schedule.name!r} no longer fits its "
+                    f"command (the code changed since): {exc}; delete and re-add the schedule "
+                    "with a payload that fits"
+                ) from None
 
     @staticmethod
     def _new_fire(
@@ -142,17 +156,15 @@ class ManualFires(ServiceCore):
         )
 
 
-def _slots_between(schedule: Schedule, start_ms: int, end_ms: int) -> list[int]:
+def _slots_between(schedule: Schedule, start_ms: int, end_ms: int, limit: int) -> list[int] | None:
+    """The trigger's slots in [start, end); None as soon as there are more than `limit`."""
     slots: list[int] = []
     cursor = start_ms - 1
     while True:
         slot = schedule.trigger.slot_after(cursor, schedule.timezone)
         if slot is None or slot.at_ms >= end_ms:
             return slots
-        if len(slots) >= BACKFILL_HARD_LIMIT:
-            raise InvalidInput(
-                f"the range holds more than {BACKFILL_HARD_LIMIT} slots of {schedule.name!r}: "
-                "backfill it in smaller ranges"
-            )
+        if len(slots) >= limit:
+            return None
         slots.append(slot.at_ms)
         cursor = slot.at_ms

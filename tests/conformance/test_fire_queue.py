@@ -735,7 +735,7 @@ def dead_letter(
 
 
 @pytest.mark.parametrize("ended", [RunState.DEAD_LETTERED, RunState.FAILED])
-def test_requeue_rearms_a_dead_letter_at_the_given_instant_and_keeps_its_counters(
+def test_requeue_rearms_a_dead_letter_keeps_its_counters_and_restarts_its_retry_budget(
     storage: Storage, clock: ManualClock, ended: RunState
 ) -> None:
     run_id = dead_letter(storage, free_schedule(storage), slot(1), ended)
@@ -746,12 +746,13 @@ def test_requeue_rearms_a_dead_letter_at_the_given_instant_and_keeps_its_counter
     fire = fire_of(storage, run_id)
     assert fire.state_at(clock.now_ms()) is FireState.SCHEDULED
     assert (fire.available_at, fire.discarded_at, fire.discard_reason) == (at, None, None)
-    assert (fire.attempts, fire.consecutive_failures) == (2, 1)
+    assert (fire.attempts, fire.requeued_at_attempt, fire.round_attempts) == (2, 2, 0)
+    assert fire.consecutive_failures == 0  # the failure streak starts over
     run = run_of(storage, run_id)
     assert (run.state, run.finished_at) == (RunState.DISPATCHED, None)
     clock.set(at)
     (again,) = claim(storage).fires
-    assert (again.run_id, again.attempts) == (run_id, 3)
+    assert (again.run_id, again.attempts, again.round_attempts) == (run_id, 3, 1)
 
 
 def test_requeue_fences_the_holder_of_a_claimed_fire(storage: Storage, clock: ManualClock) -> None:

@@ -386,8 +386,8 @@ def backfill(
         zone_of = engine.service.get(name, tenant=tenant).timezone
         report = engine.service.backfill(
             name,
-            start_ms=parse_instant(start, zone_of),
-            end_ms=parse_instant(end, zone_of),
+            start_ms=_instant_option("--from", start, zone_of),
+            end_ms=_instant_option("--to", end, zone_of),
             actor=operator(),
             tenant=tenant,
             confirmed=yes,
@@ -401,3 +401,10 @@ def backfill(
                 f"backfilled {tenant}/{name}: {report.slots} slot(s) in range, "
                 f"{report.dispatched} dispatched, {report.already} already dispatched before"
             )
+
+
+def _instant_option(option: str, text: str, tz: str) -> int:
+    try:
+        return parse_instant(text, tz)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{option}: {exc}") from None

@@ -25,7 +25,10 @@ class SqliteChangeFeed:
         me = threading.get_ident()
         with storage_errors(self._pool.path):
             if me not in self._seen:
+                # A thread's first wait has no baseline: a commit made since its last look
+                # would go unseen for the whole wait. Report a change; the caller looks again.
                 self._seen[me] = conn.data_version()
+                return True
             deadline = time.monotonic() + max(0.0, seconds)
             while True:
                 remaining = deadline - time.monotonic()

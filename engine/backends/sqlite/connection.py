@@ -61,6 +61,7 @@ ALTER TABLE fire_queue ADD COLUMN last_stale_ack_by TEXT;
 ALTER TABLE fire_queue ADD COLUMN last_stale_ack_at INTEGER;
 ALTER TABLE fire_queue ADD COLUMN discard_reason TEXT;
 ALTER TABLE fire_queue ADD COLUMN cancel_requested_at INTEGER;
+ALTER TABLE fire_queue ADD COLUMN requeued_at_attempt INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX fire_queue_open_by_schedule ON fire_queue (schedule_id, available_at)
     WHERE completed_at IS NULL AND discarded_at IS NULL;
 CREATE INDEX fire_queue_claimed ON fire_queue (schedule_id)

@@ -44,7 +44,7 @@ _COLUMNS = (
     "f.command, f.payload, f.available_at, f.created_at, f.attempts, f.consecutive_failures, "
     "f.reschedules, f.abandoned_count, f.last_abandoned_by, f.last_abandoned_at, "
     "f.stale_ack_count, f.consumed_by, f.consumed_till, f.completed_at, f.discarded_at, "
-    "f.discard_reason, f.last_error, f.lease_token"
+    "f.discard_reason, f.last_error, f.lease_token, f.requeued_at_attempt"
 )
 _FROM = "fire_queue f JOIN runs r ON r.id = f.run_id"
 _OPEN = "f.completed_at IS NULL AND f.discarded_at IS NULL"
@@ -91,6 +91,7 @@ def _fire(r: Row) -> Fire:
         discard_reason=r[22],
         last_error=r[23],
         lease_token=r[24],
+        requeued_at_attempt=r[25],
     )
 
 
@@ -423,7 +424,8 @@ class SqliteFireQueue:
             ids = json.dumps(targets)
             conn.execute(
                 f"UPDATE fire_queue SET available_at = ?, discarded_at = NULL, "
-                f"discard_reason = NULL, {_CLEAR_CLAIM} WHERE run_id IN {_IDS}",
+                f"discard_reason = NULL, consecutive_failures = 0, "
+                f"requeued_at_attempt = attempts, {_CLEAR_CLAIM} WHERE run_id IN {_IDS}",
                 (at, ids),
             )
             conn.execute(

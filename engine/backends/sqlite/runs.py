@@ -87,6 +87,8 @@ class SqliteRunLedger:
         return None if row is None else run_from_row(row)
 
     def get(self, run_id: int) -> Run | None:
+        if not 0 < run_id < 2**63:
+            return None  # not an id SQLite can hold
         with storage_errors(self._pool.path):
             row = first(self._pool.get(), f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
         return None if row is None else run_from_row(row)
