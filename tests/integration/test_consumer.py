@@ -404,3 +404,39 @@ def test_a_static_schedule_with_an_unknown_command_is_refused_before_anything_is
         with pytest.raises(InvalidInput, match="unknown command 'nightly'"):
             bare.service.sync_static(declared(), actor="app")
         assert bare.service.schedules() == []
+
+
+def test_a_requeued_dead_letter_gets_its_retries_again(
+    engine: Engine, clock: ManualClock, calls: Calls
+) -> None:
+    retry = RetryPolicy(max_attempts=2, backoff_ms=1_000, backoff_cap_ms=1_000)
+    engine.service.create(every_minute("flaky", "flaky", retry=retry), actor="t")
+    engine.service.pause("flaky", actor="t")
+    engine.service.trigger("flaky", actor="t")
+    consumer = engine.consumer(consumer_id="c1", concurrency=1)
+
+    def fail_until_dead() -> None:
+        while only_run(engine)[1] is not RunState.DEAD_LETTERED:
+            drive(consumer, lambda: consumer.busy == 0 and calls.seen != [], "an attempt")
+            clock.advance(2)
+            consumer.step()
+
+    fail_until_dead()
+    assert len(calls.seen) == 2
+    engine.service.requeue([only_run(engine)[0]], actor="t")
+    fail_until_dead()
+    assert [attempt for _, attempt, _ in calls.seen] == [1, 2, 3, 4]  # two more attempts
+    run = engine.storage.runs.get(only_run(engine)[0])
+    assert run is not None
+    assert run.error is not None
+    assert "failed 2 of 2 attempts since its requeue" in run.error
+
+
+def test_a_threads_first_wait_for_changes_does_not_sleep_through_an_earlier_commit(
+    engine: Engine,
+) -> None:
+    # The first wait of a thread has no baseline to compare with: it must not block.
+    started = time.monotonic()
+    assert engine.storage.changes.wait(5.0) is True
+    assert time.monotonic() - started < 1.0
+    assert engine.storage.changes.wait(0.05) is False  # now it has one: nothing changed
