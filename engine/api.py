@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -11,6 +12,7 @@ from engine.backends.sqlite import SqliteBackend
 from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS
 from engine.commands import CommandRegistry, builtin_commands
 from engine.domain.clock import Clock, SystemClock
+from engine.ports.dispatch import DispatchReport
 from engine.runtime.consumer import (
     DEFAULT_CLAIM_TTL_MS,
     DEFAULT_CONCURRENCY,
@@ -45,6 +47,7 @@ class Engine:
         node_id: str | None = None,
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
         lookahead_ms: int = 0,
+        on_dispatch: Callable[[DispatchReport], None] | None = None,
     ) -> SchedulerDaemon:
         return SchedulerDaemon(
             self.storage,
@@ -54,6 +57,7 @@ class Engine:
                 lease_ttl_ms=lease_ttl_ms,
                 lookahead_ms=lookahead_ms,
             ),
+            on_dispatch=on_dispatch,
         )
 
     def consumer(

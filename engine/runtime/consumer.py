@@ -131,6 +131,11 @@ class FireQueueConsumer:
         finally:
             self.close()
 
+    def poke(self) -> None:
+        """Look at the queue now: a daemon in this process just dispatched (another process's
+        commit is noticed through the change feed)."""
+        self._wake.set()
+
     def stop(self) -> None:
         """Stop claiming; `run()` then drains within the grace and returns."""
         self._stopping.set()

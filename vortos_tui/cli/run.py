@@ -10,6 +10,7 @@ import typer
 from engine.api import default_node_id
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
+from engine.ports.dispatch import DispatchReport
 from engine.runtime.daemon import MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
 from vortos_tui.cli.context import open_for_write, operator, state
 from vortos_tui.cli.demo import seed_demo
@@ -103,8 +104,15 @@ def run(
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
-        daemon = engine.daemon(node_id=node, lease_ttl_ms=ttl, lookahead_ms=ahead)
         consumer = None if no_consume else build_consumer(engine, node, settings)
+
+        def dispatched(report: DispatchReport) -> None:
+            if consumer is not None and report.dispatched:
+                consumer.poke()  # run the fires now, not at the consumer's next look
+
+        daemon = engine.daemon(
+            node_id=node, lease_ttl_ms=ttl, lookahead_ms=ahead, on_dispatch=dispatched
+        )
 
         def stop() -> None:
             daemon.stop()
