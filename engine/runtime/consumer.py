@@ -94,6 +94,9 @@ class FireQueueConsumer:
         self._inflight: dict[int, _InFlight] = {}
         self._jobs: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[str, Settlement]] = queue.SimpleQueue()
+        # Settlements taken from _done whose transaction failed: tried again first, so a
+        # finished command is never mistaken for a running one (and never run again).
+        self._unsent: dict[str, list[Settlement]] = {}
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
@@ -153,16 +156,25 @@ class FireQueueConsumer:
         """Fires claimed and not yet settled."""
         return len(self._inflight)
 
+    @property
+    def unsettled(self) -> int:
+        """Fires whose command finished and whose settlement is not written yet."""
+        return self._done.qsize() + sum(len(batch) for batch in self._unsent.values())
+
     # -- one iteration ----------------------------------------------------------------------
 
     def step(self) -> float:
         """Settle what finished, heartbeat what runs, claim for idle workers; return how long
         to wait (seconds) before the next step."""
         self.start()
-        self.settle_finished()
         self._heartbeat()
         self._watch_cancellations()
-        decided = 0 if self._stopping.is_set() else self._claim()
+        finished = self._collect_finished()
+        if self._stopping.is_set():
+            self._send(finished)
+            decided = 0
+        else:
+            decided = self._settle_and_claim(finished)
         if decided:
             return 0.0
         now = self._clock.now_ms()
@@ -181,55 +193,98 @@ class FireQueueConsumer:
         the rest to stop and give them back (release) so another consumer runs them."""
         deadline = time.monotonic() + grace_s
         while self._inflight and time.monotonic() < deadline:
-            self.settle_finished()
-            self._heartbeat()
+            self._quietly(self.settle_finished)
+            self._quietly(self._heartbeat)
             if self._inflight:
                 self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic())))
                 self._wake.clear()
-        self.settle_finished()
+        self._quietly(self.settle_finished)
         if not self._inflight:
             return
+        finished = {s.run_id for batch in self._unsent.values() for s in batch}
         by_token: dict[str, list[Settlement]] = {}
         for item in list(self._inflight.values()):
+            if item.fire.run_id in finished:
+                continue  # done, only its settlement is missing: never give it back
             item.ctx.cancel(CancelReason.SHUTDOWN)
             by_token.setdefault(item.token, []).append(
                 Settlement(item.fire.run_id, Outcome.RELEASE, RunState.DISPATCHED)
             )
-        log.warning(
-            "%d fire(s) still running after the %.0fs grace: released for another consumer",
-            len(self._inflight),
-            grace_s,
-        )
-        for token, settlements in by_token.items():
-            self._settle(token, settlements)
+        if by_token:
+            log.warning(
+                "%d fire(s) still running after the %.0fs grace: released for another consumer",
+                sum(len(batch) for batch in by_token.values()),
+                grace_s,
+            )
+            self._quietly(lambda: self._send(by_token))
+        if finished:
+            log.error(
+                "%d finished fire(s) could not be settled (the database stayed unavailable): "
+                "after their claim expires they will be claimed, and run, again",
+                len(finished),
+            )
+
+    @staticmethod
+    def _quietly(action: Callable[[], object]) -> None:
+        try:
+            action()
+        except StorageError as exc:
+            log.warning("while stopping: %s", exc)
 
     def settle_finished(self) -> int:
         """Settle every fire whose command has finished; return how many."""
-        by_token: dict[str, list[Settlement]] = {}
+        finished = self._collect_finished()
+        self._send(finished)
+        return sum(len(batch) for batch in finished.values())
+
+    def _collect_finished(self) -> dict[str, list[Settlement]]:
+        """What finished (and what could not be sent before), by claim token."""
+        by_token, self._unsent = self._unsent, {}
         while True:
             try:
                 token, settlement = self._done.get_nowait()
             except queue.Empty:
-                break
+                return by_token
             by_token.setdefault(token, []).append(settlement)
-        count = 0
-        for token, settlements in by_token.items():
-            self._settle(token, settlements)
-            count += len(settlements)
-        return count
+
+    def _send(self, finished: dict[str, list[Settlement]]) -> None:
+        for token, settlements in list(finished.items()):
+            try:
+                report = self._storage.fire_queue.settle(
+                    token, self.config.consumer_id, settlements
+                )
+            except StorageError:
+                self._keep(finished)
+                raise
+            del finished[token]
+            self._settled(settlements, report)
+
+    def _keep(self, finished: dict[str, list[Settlement]]) -> None:
+        for token, settlements in finished.items():
+            self._unsent.setdefault(token, []).extend(settlements)
 
     # -- internals --------------------------------------------------------------------------
 
-    def _claim(self) -> int:
-        free = self.config.concurrency - len(self._inflight)
+    def _settle_and_claim(self, finished: dict[str, list[Settlement]]) -> int:
+        """Settle what finished and claim for the free workers, in one transaction."""
+        ending = sum(len(batch) for batch in finished.values())
+        free = self.config.concurrency - len(self._inflight) + ending
         if free <= 0:
+            self._send(finished)
             return 0
-        claim = self._storage.fire_queue.claim(
-            consumer=self.config.consumer_id,
-            ttl_ms=self.config.claim_ttl_ms,
-            limit=free,
-            commands=self._commands.names(),
-        )
+        try:
+            reports, claim = self._storage.fire_queue.settle_and_claim(
+                finished,
+                consumer=self.config.consumer_id,
+                ttl_ms=self.config.claim_ttl_ms,
+                limit=free,
+                commands=self._commands.names(),
+            )
+        except StorageError:
+            self._keep(finished)
+            raise
+        for token, settlements in finished.items():
+            self._settled(settlements, reports[token])
         for rid, why in {**claim.skipped, **claim.cancelled}.items():
             log.info("run %d not run: %s", rid, why)
         refused: list[Settlement] = []
@@ -290,7 +345,9 @@ class FireQueueConsumer:
                 item.ctx.cancel(CancelReason.OVERLAP)
 
     def _settle(self, token: str, settlements: list[Settlement]) -> None:
-        report = self._storage.fire_queue.settle(token, self.config.consumer_id, settlements)
+        self._send({token: settlements})
+
+    def _settled(self, settlements: list[Settlement], report: SettleReport) -> None:
         for s in settlements:
             item = self._inflight.pop(s.run_id, None)
             self.stats.by_outcome[s.run_state.value] = (

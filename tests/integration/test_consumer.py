@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import apsw
 import pytest
 
 from engine import (
@@ -31,6 +32,7 @@ from engine import (
     ScheduleOrigin,
     ScheduleSpec,
     ScheduleStatus,
+    StorageError,
     builtin_commands,
     open_engine,
     schedulable,
@@ -440,3 +442,33 @@ def test_a_threads_first_wait_for_changes_does_not_sleep_through_an_earlier_comm
     assert engine.storage.changes.wait(5.0) is True
     assert time.monotonic() - started < 1.0
     assert engine.storage.changes.wait(0.05) is False  # now it has one: nothing changed
+
+
+def test_a_settlement_that_cannot_be_written_is_kept_and_never_run_again(
+    db_path: Path, clock: ManualClock, calls: Calls
+) -> None:
+    commands = builtin_commands()
+    commands.register("ok", calls.ok)
+    with open_engine(db_path, clock=clock, commands=commands, busy_timeout_ms=50) as engine:
+        engine.service.create(every_minute("ok", "ok"), actor="t")
+        engine.service.pause("ok", actor="t")
+        engine.service.trigger("ok", actor="t")
+        consumer = engine.consumer(consumer_id="c1", concurrency=1)
+        consumer.step()
+        deadline = time.monotonic() + 10
+        while consumer.unsettled == 0 and time.monotonic() < deadline:
+            time.sleep(0.002)  # the command runs on a worker thread
+        blocker = apsw.Connection(str(db_path))
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            with pytest.raises(StorageError):
+                consumer.step()
+            consumer.drain(0.0)  # a stop now must not give the finished fire back
+            assert consumer.unsettled == 1
+            assert only_run(engine)[1] is RunState.RUNNING
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        drive(consumer, lambda: only_run(engine)[1] is RunState.COMPLETED, "the settlement")
+        assert len(calls.seen) == 1
+        assert engine.storage.fire_queue.depth() == 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import apsw
@@ -126,41 +126,67 @@ class SqliteFireQueue:
         limit: int,
         commands: Collection[str] | None = None,
     ) -> Claim:
-        if ttl_ms <= 0:
-            raise ValueError("a claim's TTL must be positive")
-        token = secrets.token_hex(16)
         conn = self._pool.get()
         with storage_errors(self._pool.path), write_tx(conn):
-            now = self._clock.now_ms()
-            claim = Claim(token=token, consumer=consumer, claimed_till=now + ttl_ms)
-            if limit <= 0:
-                return claim
-            args: dict[str, Any] = {"now": now}
-            only = ""
-            if commands is not None:
-                args["commands"] = json.dumps(sorted(commands))
-                only = f" AND {_COMMANDS}"
-            running: dict[str, list[int]] = {}
-            for sid, rid in conn.execute(
-                "SELECT schedule_id, run_id FROM fire_queue "
-                "WHERE lease_token IS NOT NULL AND consumed_till > ?",
-                (now,),
-            ):
-                running.setdefault(sid, []).append(rid)
-            found = self._candidates(conn, args, only, running, limit)
-            plan = plan_claim(found, running, limit)
-            self._apply_claim(conn, claim, plan.claim, now)
-            self._finish_unrun(conn, plan.skip, RunState.SKIPPED, now)
-            self._finish_unrun(conn, plan.cancel, RunState.CANCELLED, now)
-            claim.skipped, claim.cancelled = plan.skip, plan.cancel
-            for sid in plan.cancel_running:
-                for rid in running.get(sid, []):
-                    conn.execute(
-                        "UPDATE fire_queue SET cancel_requested_at = ? "
-                        "WHERE run_id = ? AND cancel_requested_at IS NULL",
-                        (now, rid),
-                    )
-                    claim.cancel_requested.append(rid)
+            return self._claim_in(conn, consumer, ttl_ms, limit, commands)
+
+    def settle_and_claim(
+        self,
+        settlements: Mapping[str, Sequence[Settlement]],
+        *,
+        consumer: str,
+        ttl_ms: int,
+        limit: int,
+        commands: Collection[str] | None = None,
+    ) -> tuple[dict[str, SettleReport], Claim]:
+        conn = self._pool.get()
+        with storage_errors(self._pool.path), write_tx(conn):
+            reports = {
+                token: self._settle_in(conn, token, consumer, batch)
+                for token, batch in settlements.items()
+            }
+            return reports, self._claim_in(conn, consumer, ttl_ms, limit, commands)
+
+    def _claim_in(
+        self,
+        conn: apsw.Connection,
+        consumer: str,
+        ttl_ms: int,
+        limit: int,
+        commands: Collection[str] | None,
+    ) -> Claim:
+        if ttl_ms <= 0:
+            raise ValueError("a claim's TTL must be positive")
+        now = self._clock.now_ms()
+        claim = Claim(token=secrets.token_hex(16), consumer=consumer, claimed_till=now + ttl_ms)
+        if limit <= 0:
+            return claim
+        args: dict[str, Any] = {"now": now}
+        only = ""
+        if commands is not None:
+            args["commands"] = json.dumps(sorted(commands))
+            only = f" AND {_COMMANDS}"
+        running: dict[str, list[int]] = {}
+        for sid, rid in conn.execute(
+            "SELECT schedule_id, run_id FROM fire_queue "
+            "WHERE lease_token IS NOT NULL AND consumed_till > ?",
+            (now,),
+        ):
+            running.setdefault(sid, []).append(rid)
+        found = self._candidates(conn, args, only, running, limit)
+        plan = plan_claim(found, running, limit)
+        self._apply_claim(conn, claim, plan.claim, now)
+        self._finish_unrun(conn, plan.skip, RunState.SKIPPED, now)
+        self._finish_unrun(conn, plan.cancel, RunState.CANCELLED, now)
+        claim.skipped, claim.cancelled = plan.skip, plan.cancel
+        for sid in plan.cancel_running:
+            for rid in running.get(sid, []):
+                conn.execute(
+                    "UPDATE fire_queue SET cancel_requested_at = ? "
+                    "WHERE run_id = ? AND cancel_requested_at IS NULL",
+                    (now, rid),
+                )
+                claim.cancel_requested.append(rid)
         return claim
 
     def _candidates(
@@ -201,7 +227,7 @@ class SqliteFireQueue:
                 for row in conn.execute(
                     f"SELECT {_CANDIDATE_COLUMNS} WHERE f.schedule_id = :sid AND "
                     f"{_CLAIMABLE}{only} ORDER BY f.available_at, f.run_id LIMIT :cap",
-                    {**args, "sid": sid, "cap": _PER_RUNNING_SCHEDULE},
+                    {**args, "sid": sid, "cap": min(_PER_RUNNING_SCHEDULE, limit * 2 + 32)},
                 ):
                     found[row[0]] = row
         ordered = sorted(found.values(), key=lambda r: (r[5], r[0]))
@@ -297,48 +323,59 @@ class SqliteFireQueue:
         return report
 
     def settle(self, token: str, consumer: str, settlements: Sequence[Settlement]) -> SettleReport:
+        if not settlements:
+            return SettleReport()
+        conn = self._pool.get()
+        with storage_errors(self._pool.path), write_tx(conn):
+            return self._settle_in(conn, token, consumer, settlements)
+
+    def _settle_in(
+        self,
+        conn: apsw.Connection,
+        token: str,
+        consumer: str,
+        settlements: Sequence[Settlement],
+    ) -> SettleReport:
         report = SettleReport()
         if not settlements:
             return report
-        conn = self._pool.get()
         ids = json.dumps([s.run_id for s in settlements])
-        with storage_errors(self._pool.path), write_tx(conn):
-            now = self._clock.now_ms()
-            held = {
-                r[0]
-                for r in conn.execute(
-                    f"SELECT run_id FROM fire_queue WHERE lease_token = ? AND run_id IN {_IDS}",
-                    (token, ids),
-                )
-            }
-            fire_updates: dict[Outcome, list[tuple[Any, ...]]] = {}
-            run_updates: list[tuple[Any, ...]] = []
-            stale_counted: list[tuple[Any, ...]] = []
-            for s in settlements:
-                if s.run_id not in held:
-                    report.stale.append(s.run_id)
-                    if s.outcome is not Outcome.RELEASE:
-                        stale_counted.append((consumer, now, s.run_id))
-                    continue
-                held.discard(s.run_id)  # a second settlement of one fire in a batch is stale
-                report.acked.append(s.run_id)
-                fire_updates.setdefault(s.outcome, []).append(_fire_values(s, now))
-                finished = None if s.outcome is Outcome.RELEASE else (s.finished_at or now)
-                run_updates.append(
-                    (s.run_state.value, s.error, s.output, s.exit_code, finished, s.run_id)
-                )
-            for outcome, values in fire_updates.items():
-                conn.executemany(_SETTLE_FIRE[outcome], values)
-            conn.executemany(
-                "UPDATE runs SET state = ?, error = ?, output = ?, exit_code = ?, "
-                "finished_at = ? WHERE id = ?",
-                run_updates,
+        now = self._clock.now_ms()
+        held = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT run_id FROM fire_queue WHERE lease_token = ? AND run_id IN {_IDS}",
+                (token, ids),
             )
-            conn.executemany(
-                "UPDATE fire_queue SET stale_ack_count = stale_ack_count + 1, "
-                "last_stale_ack_by = ?, last_stale_ack_at = ? WHERE run_id = ?",
-                stale_counted,
+        }
+        fire_updates: dict[Outcome, list[tuple[Any, ...]]] = {}
+        run_updates: list[tuple[Any, ...]] = []
+        stale_counted: list[tuple[Any, ...]] = []
+        for s in settlements:
+            if s.run_id not in held:
+                report.stale.append(s.run_id)
+                if s.outcome is not Outcome.RELEASE:
+                    stale_counted.append((consumer, now, s.run_id))
+                continue
+            held.discard(s.run_id)  # a second settlement of one fire in a batch is stale
+            report.acked.append(s.run_id)
+            fire_updates.setdefault(s.outcome, []).append(_fire_values(s, now))
+            finished = None if s.outcome is Outcome.RELEASE else (s.finished_at or now)
+            run_updates.append(
+                (s.run_state.value, s.error, s.output, s.exit_code, finished, s.run_id)
             )
+        for outcome, values in fire_updates.items():
+            conn.executemany(_SETTLE_FIRE[outcome], values)
+        conn.executemany(
+            "UPDATE runs SET state = ?, error = ?, output = ?, exit_code = ?, "
+            "finished_at = ? WHERE id = ?",
+            run_updates,
+        )
+        conn.executemany(
+            "UPDATE fire_queue SET stale_ack_count = stale_ack_count + 1, "
+            "last_stale_ack_by = ?, last_stale_ack_at = ? WHERE run_id = ?",
+            stale_counted,
+        )
         return report
 
     # -- manual fires -----------------------------------------------------------------------
