@@ -58,9 +58,6 @@ _CANDIDATE_COLUMNS = (
 )
 _COMMANDS = "f.command IN (SELECT value FROM json_each(:commands))"
 _IDS = "(SELECT value FROM json_each(?))"
-# A schedule that is running has its waiting fires looked at through its own index, at most
-# this many per claim; the rest are decided by later claims.
-_PER_RUNNING_SCHEDULE = 1000
 _CLEAR_CLAIM = "lease_token = NULL, consumed_till = NULL, cancel_requested_at = NULL"
 
 
@@ -198,38 +195,41 @@ class SqliteFireQueue:
         limit: int,
     ) -> list[Candidate]:
         found: dict[int, Row] = {}
-        busy = json.dumps(sorted(running))
-        # Schedules that run now are left out of the general scan (a long buffer-all backlog
-        # behind one running fire must not hide everyone else's fires) ...
+        defined: dict[str, tuple[str | None, str | None]] = {}
+        if running:
+            for sid, overlap, status in conn.execute(
+                f"SELECT id, overlap, status FROM schedules WHERE id IN {_IDS}",
+                (json.dumps(sorted(running)),),
+            ):
+                defined[sid] = (overlap, status)
+        # A running schedule whose fires may run beside it (allow, active) is claimed from like
+        # any other. The other running schedules are left out of the general scan (a long
+        # buffer-all backlog behind one running fire must not hide everyone else's fires) ...
+        held = sorted(
+            sid
+            for sid in running
+            if defined.get(sid) != (OverlapPolicy.ALLOW.value, ScheduleStatus.ACTIVE.value)
+        )
         for row in conn.execute(
             f"SELECT {_CANDIDATE_COLUMNS} WHERE {_CLAIMABLE}{only} "
-            "AND f.schedule_id NOT IN (SELECT value FROM json_each(:busy)) "
+            "AND f.schedule_id NOT IN (SELECT value FROM json_each(:held)) "
             "ORDER BY f.available_at, f.run_id LIMIT :limit",
-            {**args, "busy": busy, "limit": limit * 2 + 32},
+            {**args, "held": json.dumps(held), "limit": limit * 2 + 32},
         ):
             found[row[0]] = row
-        # ... and looked at one by one, except an active buffer-all one, whose fires all
-        # simply wait. (A deleted schedule has no row: its fires are read, to be skipped.)
-        if running:
-            defined = {
-                sid: (overlap, status)
-                for sid, overlap, status in conn.execute(
-                    f"SELECT id, overlap, status FROM schedules WHERE id IN {_IDS}", (busy,)
-                )
-            }
-            for sid in sorted(running):
-                overlap, status = defined.get(sid, (None, None))
-                if (
-                    overlap == OverlapPolicy.BUFFER_ALL.value
-                    and status == ScheduleStatus.ACTIVE.value
-                ):
-                    continue
-                for row in conn.execute(
-                    f"SELECT {_CANDIDATE_COLUMNS} WHERE f.schedule_id = :sid AND "
-                    f"{_CLAIMABLE}{only} ORDER BY f.available_at, f.run_id LIMIT :cap",
-                    {**args, "sid": sid, "cap": min(_PER_RUNNING_SCHEDULE, limit * 2 + 32)},
-                ):
-                    found[row[0]] = row
+        # ... and looked at one by one, in a window the size of the batch, except an active
+        # buffer-all one, whose fires all simply wait. (A deleted schedule has no row: its
+        # fires are read, to be skipped.)
+        for sid in held:
+            overlap, status = defined.get(sid, (None, None))
+            if overlap == OverlapPolicy.BUFFER_ALL.value and status == ScheduleStatus.ACTIVE.value:
+                continue
+            for row in conn.execute(
+                f"SELECT {_CANDIDATE_COLUMNS} WHERE f.schedule_id = :sid AND "
+                f"{_CLAIMABLE}{only} ORDER BY f.available_at, f.run_id LIMIT :cap",
+                {**args, "sid": sid, "cap": limit * 2 + 32},
+            ):
+                found[row[0]] = row
         ordered = sorted(found.values(), key=lambda r: (r[5], r[0]))
         return [
             Candidate(
