@@ -217,17 +217,20 @@ class SqliteFireQueue:
             {**args, "held": json.dumps(held), "limit": limit * 2 + 32},
         ):
             found[row[0]] = row
-        # ... and looked at one by one, in a window the size of the batch, except an active
-        # buffer-all one, whose fires all simply wait. (A deleted schedule has no row: its
-        # fires are read, to be skipped.)
-        for sid in held:
-            overlap, status = defined.get(sid, (None, None))
-            if overlap == OverlapPolicy.BUFFER_ALL.value and status == ScheduleStatus.ACTIVE.value:
-                continue
+        # ... and looked at together (one statement, an index probe per schedule), except an
+        # active buffer-all one, whose fires all simply wait. (A deleted schedule has no row:
+        # its fires are read, to be skipped.)
+        looked = [
+            sid
+            for sid in held
+            if defined.get(sid) != (OverlapPolicy.BUFFER_ALL.value, ScheduleStatus.ACTIVE.value)
+        ]
+        if looked:
             for row in conn.execute(
-                f"SELECT {_CANDIDATE_COLUMNS} WHERE f.schedule_id = :sid AND "
+                f"SELECT {_CANDIDATE_COLUMNS} WHERE "
+                "f.schedule_id IN (SELECT value FROM json_each(:looked)) AND "
                 f"{_CLAIMABLE}{only} ORDER BY f.available_at, f.run_id LIMIT :cap",
-                {**args, "sid": sid, "cap": limit * 2 + 32},
+                {**args, "looked": json.dumps(looked), "cap": limit * 2 + 32},
             ):
                 found[row[0]] = row
         ordered = sorted(found.values(), key=lambda r: (r[5], r[0]))
