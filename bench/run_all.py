@@ -12,7 +12,15 @@ from pathlib import Path
 
 from bench._common import parse_args
 
-BENCHMARKS = ["headline", "throughput", "lateness", "vs_apscheduler", "due_scan"]
+BENCHMARKS = [
+    "headline",
+    "throughput",
+    "lateness",
+    "vs_apscheduler",
+    "due_scan",
+    "consume",
+    "e2e_latency",
+]
 
 
 def main() -> None:
