@@ -23,7 +23,7 @@ from engine.domain.clock import Clock
 from engine.domain.errors import StorageError
 from engine.domain.retry import RetryPolicy
 from engine.domain.run import RunState
-from engine.domain.timeutil import iso_utc
+from engine.domain.timeutil import format_duration, iso_utc
 from engine.ports.fire_queue import Fire, Outcome, Settlement, SettleReport
 from engine.ports.storage import Storage
 from engine.runtime.executor import CancelReason, abandoned_too_often, execute
@@ -212,9 +212,9 @@ class FireQueueConsumer:
             )
         if by_token:
             log.warning(
-                "%d fire(s) still running after the %.0fs grace: released for another consumer",
+                "%d fire(s) still running after the %s grace: released for another consumer",
                 sum(len(batch) for batch in by_token.values()),
-                grace_s,
+                format_duration(round(grace_s * 1000)),
             )
             self._quietly(lambda: self._send(by_token))
         if finished:
