@@ -266,3 +266,30 @@ def run_child(script: str, args: Sequence[str], what: str) -> dict[str, Any]:
         raise RuntimeError(f"{what} failed (exit {done.returncode})")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+def apscheduler_on_sqlite(folder: Path) -> tuple[Any, Any]:
+    """An APScheduler 3.11 BackgroundScheduler (UTC) whose job store is a SQLite file in
+    `folder`, tuned as Vortos's file is (WAL, synchronous=NORMAL), and the SQLAlchemy engine to
+    dispose of afterwards. Benchmark-only: APScheduler and SQLAlchemy are imported here, when a
+    benchmark asks for them."""
+    import sqlite3  # noqa: PLC0415
+    from datetime import UTC  # noqa: PLC0415
+
+    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore  # noqa: PLC0415
+    from apscheduler.schedulers.background import BackgroundScheduler  # noqa: PLC0415
+    from sqlalchemy import create_engine, event  # noqa: PLC0415
+
+    db = folder / "apscheduler.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA journal_mode = WAL")
+    store = create_engine(f"sqlite:///{db}")
+
+    def pragmas(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.execute("PRAGMA synchronous = NORMAL")
+
+    event.listen(store, "connect", pragmas)
+    scheduler = BackgroundScheduler(
+        jobstores={"default": SQLAlchemyJobStore(engine=store)}, timezone=UTC
+    )
+    return scheduler, store

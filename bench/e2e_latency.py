@@ -24,7 +24,6 @@ import argparse
 import importlib.util
 import json
 import math
-import sqlite3
 import threading
 import time
 from datetime import UTC, datetime
@@ -34,6 +33,7 @@ from typing import Any
 import apsw
 
 from bench._common import (
+    apscheduler_on_sqlite,
     cores,
     machine_busy_s,
     now_ms,
@@ -163,26 +163,10 @@ def aps_record(i: int) -> None:
 
 def apscheduler_side(seconds: int, spread: bool) -> dict[str, Any]:
     """The same jobs in APScheduler 3.11: BackgroundScheduler, SQLAlchemyJobStore on SQLite."""
-    from apscheduler.jobstores.sqlalchemy import (  # noqa: PLC0415 (benchmark-only)
-        SQLAlchemyJobStore,
-    )
-    from apscheduler.schedulers.background import BackgroundScheduler  # noqa: PLC0415
     from apscheduler.triggers.interval import IntervalTrigger as ApsInterval  # noqa: PLC0415
-    from sqlalchemy import create_engine, event  # noqa: PLC0415
 
     with scratch_dir() as folder:
-        db = folder / "apscheduler.db"
-        with sqlite3.connect(db) as conn:
-            conn.execute("PRAGMA journal_mode = WAL")
-        store = create_engine(f"sqlite:///{db}")
-
-        def pragmas(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.execute("PRAGMA synchronous = NORMAL")
-
-        event.listen(store, "connect", pragmas)
-        scheduler = BackgroundScheduler(
-            jobstores={"default": SQLAlchemyJobStore(engine=store)}, timezone=UTC
-        )
+        scheduler, store = apscheduler_on_sqlite(folder)
         scheduler.start(paused=True)
         first = (now_ms() + LEAD_MS) // 1000 * 1000 + 1000
         last = first + seconds * 1000 - 1

@@ -16,7 +16,6 @@ import argparse
 import importlib.util
 import json
 import math
-import sqlite3
 import threading
 import time
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from typing import Any
 
 from bench._common import (
     Spread,
+    apscheduler_on_sqlite,
     cores,
     machine_busy_s,
     now_ms,
@@ -68,10 +68,7 @@ def apscheduler_side(jobs: int, seconds: int) -> dict[str, Any]:
         EVENT_JOB_MISSED,
         EVENT_JOB_SUBMITTED,
     )
-    from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore  # noqa: PLC0415
-    from apscheduler.schedulers.background import BackgroundScheduler  # noqa: PLC0415
     from apscheduler.triggers.interval import IntervalTrigger  # noqa: PLC0415
-    from sqlalchemy import create_engine, event  # noqa: PLC0415
 
     first_ms = (now_ms() // 1000 + LEAD_S) * 1000
     last_ms = first_ms + seconds * 1000 - 1
@@ -102,18 +99,7 @@ def apscheduler_side(jobs: int, seconds: int) -> dict[str, Any]:
                     lost["max_instances"] += 1
 
     with scratch_dir() as folder:
-        db = folder / "apscheduler.db"
-        with sqlite3.connect(db) as conn:
-            conn.execute("PRAGMA journal_mode = WAL")
-        engine = create_engine(f"sqlite:///{db}")
-
-        def pragmas(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.execute("PRAGMA synchronous = NORMAL")
-
-        event.listen(engine, "connect", pragmas)
-        scheduler = BackgroundScheduler(
-            jobstores={"default": SQLAlchemyJobStore(engine=engine)}, timezone=UTC
-        )
+        scheduler, store = apscheduler_on_sqlite(folder)
         scheduler.add_listener(
             listen,
             EVENT_JOB_SUBMITTED | EVENT_JOB_EXECUTED | EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES,
@@ -136,7 +122,7 @@ def apscheduler_side(jobs: int, seconds: int) -> dict[str, Any]:
         cpu_s, wall_s = time.process_time() - cpu0, time.time() - wall0
         others = machine_busy_s() - busy0 - cpu_s
         scheduler.shutdown(wait=True)
-        engine.dispose()
+        store.dispose()
     dispatch, done = Spread.of(submitted), Spread.of(ran)
     return {
         "others": others / (wall_s * cores()),
@@ -206,8 +192,8 @@ def report(seconds: int, vortos: dict[str, Any], aps: dict[str, Any] | None) -> 
             "away are not reported at all). "
             "Its 'dispatched' is reported only after the scheduler thread has handed out every due "
             "job and updated the store, so a job can run before its submission is reported. "
-            "Vortos has no executor yet (the fire queue's consumer is another issue): its 'done' "
-            "is dispatched."
+            "The Vortos side runs the daemon alone, without consumers: its 'done' is dispatched "
+            "(bench/e2e_latency.py measures up to the command's start)."
         )
 
 
