@@ -1,6 +1,6 @@
 """Vortos engine: exactly-once periodic scheduling. Public API."""
 
-from engine.api import DEFAULT_DB, Engine, open_engine
+from engine.api import DEFAULT_DB, Engine, open_engine, open_read_model
 from engine.commands import (
     App,
     Command,
@@ -31,6 +31,7 @@ from engine.domain.errors import (
     StorageError,
     VortosError,
 )
+from engine.domain.preview import PREVIEW_MAX, PreviewSlot, preview_slots
 from engine.domain.retry import RetryPolicy
 from engine.domain.run import Run, RunKind, RunState
 from engine.domain.schedule import (
@@ -51,12 +52,27 @@ from engine.domain.triggers import (
     Trigger,
 )
 from engine.ports.fire_queue import Fire, FireState
+from engine.ports.lease import LEADER_LEASE
+from engine.ports.read_model import (
+    FireListQuery,
+    LeaderView,
+    Overview,
+    Page,
+    ReadModel,
+    RecentRun,
+    RunDetail,
+    ScheduleDetail,
+    ScheduleListQuery,
+    ScheduleRow,
+)
 from engine.runtime.consumer import ConsumerConfig, FireQueueConsumer
 from engine.runtime.daemon import DaemonConfig, SchedulerDaemon
-from engine.service import BackfillReport, PreviewSlot, ScheduleService, SyncReport
+from engine.service import BackfillReport, ScheduleService, SyncReport
 
 __all__ = [
     "DEFAULT_DB",
+    "LEADER_LEASE",
+    "PREVIEW_MAX",
     "App",
     "BackfillReport",
     "Clock",
@@ -74,10 +90,12 @@ __all__ = [
     "Engine",
     "Fire",
     "FireContext",
+    "FireListQuery",
     "FireQueueConsumer",
     "FireState",
     "IntervalTrigger",
     "InvalidInput",
+    "LeaderView",
     "LeaseError",
     "LeaseExpired",
     "LeaseNotOwned",
@@ -88,17 +106,25 @@ __all__ = [
     "NotFound",
     "OneShotTrigger",
     "OverlapPolicy",
+    "Overview",
+    "Page",
     "PermanentFailure",
     "PreviewSlot",
     "ProcessAllowlist",
+    "ReadModel",
+    "RecentRun",
     "RepeatedHour",
     "RescheduleFire",
     "RetryPolicy",
     "Run",
+    "RunDetail",
     "RunKind",
     "RunState",
     "Schedule",
+    "ScheduleDetail",
+    "ScheduleListQuery",
     "ScheduleOrigin",
+    "ScheduleRow",
     "ScheduleService",
     "ScheduleSpec",
     "ScheduleStatus",
@@ -112,6 +138,8 @@ __all__ = [
     "builtin_commands",
     "load_app",
     "open_engine",
+    "open_read_model",
+    "preview_slots",
     "schedulable",
     "scheduled",
 ]

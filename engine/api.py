@@ -9,10 +9,12 @@ from pathlib import Path
 from types import TracebackType
 
 from engine.backends.sqlite import SqliteBackend
-from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS
+from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS, inspect_path
+from engine.backends.sqlite.read_model import SqliteReadModel
 from engine.commands import CommandRegistry, builtin_commands
 from engine.domain.clock import Clock, SystemClock
 from engine.ports.dispatch import DispatchReport
+from engine.ports.read_model import ReadModel
 from engine.runtime.consumer import (
     DEFAULT_CLAIM_TTL_MS,
     DEFAULT_CONCURRENCY,
@@ -117,3 +119,14 @@ def open_engine(
         Path(db), clock, create=create, readonly=readonly, busy_timeout_ms=busy_timeout_ms
     )
     return Engine(storage, clock, commands or builtin_commands())
+
+
+def open_read_model(db: str | Path = DEFAULT_DB) -> ReadModel:
+    """The console's asynchronous, read-only view of the database at `db`.
+
+    The file must exist and be a SQLite file (StorageError otherwise); later calls that fail
+    raise StorageError and succeed again once the cause is gone.
+    """
+    path = Path(db)
+    inspect_path(path, create=False)
+    return SqliteReadModel(path)

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+# The key of the lease whose holder dispatches (the leader).
+LEADER_LEASE = "scheduler:leader"
+
 
 @dataclass(frozen=True, slots=True)
 class Lease:

@@ -20,11 +20,11 @@ from engine.domain.misfire import SlotPlan, plan_slots
 from engine.domain.schedule import Schedule
 from engine.domain.timeutil import iso_utc
 from engine.ports.dispatch import DispatchReport
+from engine.ports.lease import LEADER_LEASE
 from engine.ports.storage import Storage
 
 log = logging.getLogger("vortos.daemon")
 
-LEADER_LEASE = "scheduler:leader"
 DEFAULT_LEASE_TTL_MS = 15_000
 MIN_LEASE_TTL_MS = 1_000
 DEFAULT_BATCH = 2_000  # fires per dispatch transaction

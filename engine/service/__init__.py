@@ -5,7 +5,8 @@ the boundary, before anything is stored. Policy, four-eyes and audit join this p
 governance issue.
 """
 
-from engine.service.core import PREVIEW_MAX, PreviewSlot, validate_spec
+from engine.domain.preview import PREVIEW_MAX, PreviewSlot
+from engine.service.core import validate_spec
 from engine.service.manual import BACKFILL_CONFIRM_OVER, BackfillReport, ManualFires
 from engine.service.queue import DeadLetters
 from engine.service.static import StaticSync, SyncReport

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
 from engine.domain.clock import Clock
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
 from engine.domain.misfire import due_at
+from engine.domain.preview import PREVIEW_MAX, PreviewSlot, preview_slots
 from engine.domain.run import Run
 from engine.domain.schedule import (
     DEFAULT_TENANT,
@@ -29,29 +30,13 @@ from engine.domain.schedule import (
     validate_name,
     validate_payload,
 )
-from engine.domain.slots import slot_key
-from engine.domain.timeutil import iso_local, iso_utc, zone
+from engine.domain.timeutil import iso_utc, zone
 from engine.domain.triggers import CronTrigger, OneShotTrigger, Trigger
-from engine.domain.wallclock import SlotNote
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
 
 log = logging.getLogger("vortos.service")
-
-PREVIEW_MAX = 1000
-
-
-@dataclass(frozen=True, slots=True)
-class PreviewSlot:
-    """One upcoming slot as `preview` shows it."""
-
-    at_ms: int
-    due_ms: int
-    local: str
-    utc: str
-    slot_key: str
-    note: SlotNote
 
 
 class ServiceCore:
@@ -100,24 +85,9 @@ class ServiceCore:
         if not 1 <= count <= PREVIEW_MAX:
             raise InvalidInput(f"count {count} is out of range: use 1 to {PREVIEW_MAX}")
         schedule = self.get(name, tenant=tenant)
-        cursor = (self._clock.now_ms() if after_ms is None else after_ms) - 1
-        slots: list[PreviewSlot] = []
-        while len(slots) < count:
-            slot = schedule.trigger.slot_after(cursor, schedule.timezone)
-            if slot is None:
-                break
-            cursor = slot.at_ms
-            slots.append(
-                PreviewSlot(
-                    at_ms=slot.at_ms,
-                    due_ms=due_at(schedule.id, slot.at_ms, schedule.timezone, schedule.jitter_ms),
-                    local=iso_local(slot.at_ms, schedule.timezone),
-                    utc=iso_utc(slot.at_ms),
-                    slot_key=slot_key(schedule.id, slot.at_ms, schedule.timezone),
-                    note=slot.note,
-                )
-            )
-        return slots
+        return preview_slots(
+            schedule, self._clock.now_ms() if after_ms is None else after_ms, count
+        )
 
     # -- changes ----------------------------------------------------------------------------
 

@@ -34,10 +34,19 @@ class BackfillReport:
 
 
 class ManualFires(ServiceCore):
-    def trigger(self, name: str, *, actor: str, tenant: str = DEFAULT_TENANT) -> Run:
+    def trigger(
+        self,
+        name: str,
+        *,
+        actor: str,
+        tenant: str = DEFAULT_TENANT,
+        expected_version: int | None = None,
+    ) -> Run:
         """Fire the schedule now, once, as a manual run. Its cursor does not move, so the next
-        scheduled slot still fires; a paused schedule can be triggered too."""
-        schedule = self.get(name, tenant=tenant)
+        scheduled slot still fires; a paused schedule can be triggered too. With
+        `expected_version`, a schedule changed since the caller read it is refused
+        (StaleVersion)."""
+        schedule = self._current(name, tenant, expected_version)
         self._check_payload(schedule)
         now = self._clock.now_ms()
         key = manual_slot_key(schedule.id, now, secrets.token_hex(4))

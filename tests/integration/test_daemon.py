@@ -23,7 +23,7 @@ from engine import (
 from engine.domain.schedule import Schedule
 from engine.domain.timeutil import MINUTE_MS, SECOND_MS
 from engine.ports import RunQuery
-from engine.runtime.daemon import LEADER_LEASE
+from engine.ports.lease import LEADER_LEASE
 from tests.conftest import T0
 from tests.helpers import fired_slots, leads, resolver_at, settle
 

@@ -10,7 +10,7 @@ import pytest
 from engine import CronTrigger, ManualClock, ScheduleSpec, open_engine
 from engine.backends.sqlite.dispatch import _DUE
 from engine.domain.timeutil import DAY_MS
-from engine.runtime.daemon import LEADER_LEASE
+from engine.ports.lease import LEADER_LEASE
 from tests.conftest import T0
 from tests.helpers import resolver_at
 

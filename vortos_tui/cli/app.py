@@ -11,8 +11,9 @@ from engine.api import DEFAULT_DB
 from vortos_tui.cli import db, queue, runs, schedule
 from vortos_tui.cli.consume import consume
 from vortos_tui.cli.context import CliState
-from vortos_tui.cli.output import EXIT_CODES
+from vortos_tui.cli.output import EXIT_CODES, handles_errors
 from vortos_tui.cli.run import run
+from vortos_tui.console.main import console
 
 app = typer.Typer(
     name="vortos",
@@ -55,6 +56,7 @@ def main(
 
 app.command("run", epilog=EXIT_CODES)(run)
 app.command("consume", epilog=EXIT_CODES)(consume)
+app.command("tui", epilog=EXIT_CODES)(handles_errors(console))
 app.add_typer(schedule.app, name="schedule", epilog=EXIT_CODES)
 app.add_typer(runs.app, name="runs", epilog=EXIT_CODES)
 app.add_typer(queue.app, name="queue", epilog=EXIT_CODES)

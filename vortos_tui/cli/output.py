@@ -12,6 +12,7 @@ from typing import Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from typer._click.exceptions import ClickException
 
 from engine.domain.errors import VortosError
 
@@ -68,3 +69,17 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
             ) from None
 
     return wrapper
+
+
+def run_typer(typer_app: typer.Typer, prog_name: str) -> None:
+    """Run a Typer app so that a usage mistake is one line on stderr and exit code 2."""
+    try:
+        code = typer_app(prog_name=prog_name, standalone_mode=False)
+    except ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.exit(exc.exit_code)  # the help was shown: nothing more to say
+        context = getattr(exc, "ctx", None)
+        where = f" (see `{context.command_path} --help`)" if context is not None else ""
+        message = " ".join(exc.format_message().split())
+        raise SystemExit(fail(f"{message}{where}", exc.exit_code).exit_code) from None
+    sys.exit(code if isinstance(code, int) else 0)

@@ -39,14 +39,14 @@ from engine.ports.fire_queue import (
     SettleReport,
 )
 
-_COLUMNS = (
+FIRE_COLUMNS = (
     "f.run_id, f.tenant, f.schedule_id, r.schedule_name, r.slot_key, f.slot_at, r.kind, "
     "f.command, f.payload, f.available_at, f.created_at, f.attempts, f.consecutive_failures, "
     "f.reschedules, f.abandoned_count, f.last_abandoned_by, f.last_abandoned_at, "
     "f.stale_ack_count, f.consumed_by, f.consumed_till, f.completed_at, f.discarded_at, "
     "f.discard_reason, f.last_error, f.lease_token, f.requeued_at_attempt"
 )
-_FROM = "fire_queue f JOIN runs r ON r.id = f.run_id"
+FIRE_FROM = "fire_queue f JOIN runs r ON r.id = f.run_id"
 _OPEN = "f.completed_at IS NULL AND f.discarded_at IS NULL"
 # Open, available now, and not under a live claim (an expired claim is up for grabs).
 _CLAIMABLE = (
@@ -61,7 +61,7 @@ _IDS = "(SELECT value FROM json_each(?))"
 _CLEAR_CLAIM = "lease_token = NULL, consumed_till = NULL, cancel_requested_at = NULL"
 
 
-def _fire(r: Row) -> Fire:
+def fire_from_row(r: Row) -> Fire:
     return Fire(
         run_id=r[0],
         tenant=r[1],
@@ -272,9 +272,9 @@ class SqliteFireQueue:
             (now, claim.consumer, ids),
         )
         claim.fires = [
-            _fire(r)
+            fire_from_row(r)
             for r in conn.execute(
-                f"SELECT {_COLUMNS} FROM {_FROM} WHERE f.run_id IN {_IDS} "
+                f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} WHERE f.run_id IN {_IDS} "
                 "ORDER BY f.available_at, f.run_id",
                 (ids,),
             )
@@ -447,9 +447,9 @@ class SqliteFireQueue:
             ordered = sorted(query.states)
             clauses.append("(" + " OR ".join(f"({_state_clause(s)})" for s in ordered) + ")")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {_COLUMNS} FROM {_FROM} {where} ORDER BY f.run_id LIMIT :limit"
+        sql = f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} {where} ORDER BY f.run_id LIMIT :limit"
         with storage_errors(self._pool.path):
-            return [_fire(r) for r in self._pool.get().execute(sql, args)]
+            return [fire_from_row(r) for r in self._pool.get().execute(sql, args)]
 
     def requeue(self, run_ids: Sequence[int] | None, *, at: int, tenant: str | None = None) -> int:
         conn = self._pool.get()
@@ -499,14 +499,14 @@ class SqliteFireQueue:
         return "WHERE " + " AND ".join(clauses), args
 
     def pending(self, limit: int = 100, tenant: str | None = None) -> list[Fire]:
-        sql = f"SELECT {_COLUMNS} FROM {_FROM} WHERE {_OPEN}"
+        sql = f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} WHERE {_OPEN}"
         args: tuple[Any, ...] = ()
         if tenant is not None:
             sql += " AND f.tenant = ?"
             args = (tenant,)
         sql += " ORDER BY f.available_at, f.run_id LIMIT ?"
         with storage_errors(self._pool.path):
-            return [_fire(r) for r in rows(self._pool.get(), sql, (*args, limit))]
+            return [fire_from_row(r) for r in rows(self._pool.get(), sql, (*args, limit))]
 
     def cancel_requested(self, run_ids: Sequence[int]) -> list[int]:
         if not run_ids:

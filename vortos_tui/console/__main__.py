@@ -1,0 +1,3 @@
+from vortos_tui.console import main
+
+main()

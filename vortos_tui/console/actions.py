@@ -1,0 +1,122 @@
+"""The console's verbs: pause, resume and trigger a schedule, through ScheduleService.
+
+A verb acts on the row the operator saw. The schedule is read again before acting and the
+change is made only if it is still that row at that version: a schedule paused, changed,
+deleted or re-created by someone else meanwhile is refused as stale, and nothing is done.
+These calls block (they write); the console runs them on thread workers.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from engine import Engine, NotFound, Schedule, ScheduleStatus, StaleVersion, VortosError
+
+
+class Verb(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    TRIGGER = "trigger"
+
+
+class StaleRow(VortosError):
+    """The row changed or vanished between selection and confirmation."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRef:
+    """A schedule as the operator selected it."""
+
+    id: str
+    tenant: str
+    name: str
+    version: int
+    status: ScheduleStatus
+
+    @classmethod
+    def of(cls, schedule: Schedule) -> ScheduleRef:
+        return cls(schedule.id, schedule.tenant, schedule.name, schedule.version, schedule.status)
+
+    @property
+    def label(self) -> str:
+        return f"{self.tenant}/{self.name}"
+
+
+def not_applicable(verb: Verb, ref: ScheduleRef) -> str | None:
+    """Why `verb` makes no sense for the row as seen, or None when it does."""
+    if verb is Verb.PAUSE and ref.status is not ScheduleStatus.ACTIVE:
+        return f"{ref.label} is {ref.status.value}, not active: nothing to pause"
+    if verb is Verb.RESUME and ref.status is ScheduleStatus.ACTIVE:
+        return f"{ref.label} is already active"
+    return None
+
+
+class ConsoleActions:
+    """Verbs as one operator. The engine is opened on first use (an attached console that
+    never acts never opens the database for writing)."""
+
+    def __init__(
+        self, engine: Callable[[], Engine], operator: str, *, owns_engine: bool = True
+    ) -> None:
+        self._open = engine
+        self._owns = owns_engine
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+        self.operator = operator
+
+    def _service_engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = self._open()
+            return self._engine
+
+    def perform(self, verb: Verb, ref: ScheduleRef, note: str | None = None) -> str:
+        """Do `verb` on the schedule `ref` names, if it is still as seen. Returns what was done;
+        raises StaleRow, or the service's own errors (InvalidInput, StorageError, ...)."""
+        service = self._service_engine().service
+        try:
+            current = service.get(ref.name, tenant=ref.tenant)
+        except NotFound:
+            raise StaleRow(
+                f"{ref.label} no longer exists: it was deleted; nothing was done"
+            ) from None
+        if current.id != ref.id:
+            raise StaleRow(
+                f"{ref.label} was deleted and created again since you selected it; "
+                "nothing was done: look at it again"
+            )
+        if current.version != ref.version:
+            raise StaleRow(
+                f"{ref.label} changed since you selected it (it is now "
+                f"{current.status.value}); nothing was done: look at it again"
+            )
+        try:
+            if verb is Verb.PAUSE:
+                service.pause(
+                    ref.name,
+                    actor=self.operator,
+                    tenant=ref.tenant,
+                    note=note or None,
+                    expected_version=ref.version,
+                )
+                return f"paused {ref.label}"
+            if verb is Verb.RESUME:
+                service.resume(
+                    ref.name, actor=self.operator, tenant=ref.tenant, expected_version=ref.version
+                )
+                return f"resumed {ref.label}"
+            run = service.trigger(
+                ref.name, actor=self.operator, tenant=ref.tenant, expected_version=ref.version
+            )
+        except StaleVersion as exc:
+            raise StaleRow(f"{exc}; nothing was done") from None
+        return f"triggered {ref.label}: run {run.id}"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._engine is not None and self._owns:
+                self._engine.close()
+                self._engine = None

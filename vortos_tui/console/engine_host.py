@@ -1,0 +1,67 @@
+"""The scheduler beside the console: the daemon and the consumers on threads of this process.
+
+One command then gives a working scheduler and its console. When another process already
+leads, the daemon here stands by (the header says who leads) and takes over if that one goes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from engine import Engine, FireQueueConsumer, SchedulerDaemon
+from engine.ports.dispatch import DispatchReport
+from vortos_tui.console.context import NodeRole, NodeStatus
+
+log = logging.getLogger("vortos.console")
+
+
+class EngineHost:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        node_id: str,
+        lease_ttl_ms: int,
+        concurrency: int,
+        claim_ttl_ms: int,
+        grace_ms: int,
+    ) -> None:
+        self.node_id = node_id
+        self.consumer: FireQueueConsumer = engine.consumer(
+            consumer_id=node_id,
+            concurrency=concurrency,
+            claim_ttl_ms=claim_ttl_ms,
+            grace_ms=grace_ms,
+        )
+        self.daemon: SchedulerDaemon = engine.daemon(
+            node_id=node_id, lease_ttl_ms=lease_ttl_ms, on_dispatch=self._dispatched
+        )
+        self._threads: list[threading.Thread] = []
+
+    def _dispatched(self, report: DispatchReport) -> None:
+        if report.dispatched:
+            self.consumer.poke()  # run the fires now, not at the consumer's next look
+
+    def start(self) -> None:
+        for name, target in (
+            ("vortos-daemon", self.daemon.run),
+            ("vortos-consumer", self.consumer.run),
+        ):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def status(self) -> NodeStatus:
+        return NodeStatus(
+            NodeRole.LEADER if self.daemon.leading else NodeRole.STANDBY, self.node_id
+        )
+
+    def stop(self) -> None:
+        """Release the lease at once (a standby elsewhere takes over) and let running commands
+        finish within the grace."""
+        self.daemon.stop()
+        self.consumer.stop()
+        for thread in self._threads:
+            thread.join()
+        log.info("in-process engine stopped")

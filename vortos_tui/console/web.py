@@ -1,0 +1,85 @@
+"""`vortos-tui --web`: the same console in a browser, through textual-serve.
+
+textual-serve has no authentication, so it listens on the loopback interface only (reach it
+through an SSH tunnel) and its sessions are read-only unless --web-allow-actions is given. Each
+browser session runs its own attached console; the engine, unless --attach, runs here, once.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from engine import InvalidInput, open_engine
+from engine.api import default_node_id
+from vortos_tui.cli.context import CliState, operator
+from vortos_tui.cli.demo import demo_commands, seed_demo
+from vortos_tui.cli.output import say
+from vortos_tui.console.engine_host import EngineHost
+
+WEB_HOST = "127.0.0.1"
+
+
+def session_command(
+    cli: CliState, *, allow_actions: bool, zone_name: str, refresh: str
+) -> list[str]:
+    """The console each browser session runs: attached to the same database."""
+    argv = [sys.executable, "-m", "vortos_tui.console", "--db", str(cli.db.resolve()), "--attach"]
+    argv += ["--zone", zone_name, "--refresh", refresh, "--operator-label", f"{operator()} (web)"]
+    if cli.app is not None:
+        argv += ["--app", cli.app]
+    for path in cli.allow_exec:
+        argv += ["--allow-exec", path]
+    if not allow_actions:
+        argv.append("--read-only")
+    return argv
+
+
+def serve(
+    cli: CliState,
+    *,
+    port: int,
+    allow_actions: bool,
+    attach: bool,
+    demo: bool,
+    zone_name: str,
+    refresh: str,
+) -> None:
+    try:
+        from textual_serve.server import Server  # noqa: PLC0415 - an optional extra
+    except ImportError:
+        raise InvalidInput("--web needs the web extra: pip install 'vortos[web]'") from None
+    commands = cli.commands()
+    if demo:
+        demo_commands(commands)
+    engine = None if attach else open_engine(cli.db, create=True, commands=commands)
+    if attach:
+        open_engine(cli.db, create=False, readonly=True).close()
+    host = None
+    if engine is not None:
+        if demo:
+            seed_demo(engine, operator())
+        host = EngineHost(
+            engine,
+            node_id=default_node_id(),
+            lease_ttl_ms=15_000,
+            concurrency=4,
+            claim_ttl_ms=60_000,
+            grace_ms=10_000,
+        )
+        host.start()
+    command = shlex.join(
+        session_command(cli, allow_actions=allow_actions, zone_name=zone_name, refresh=refresh)
+    )
+    mode = "actions ALLOWED" if allow_actions else "read-only (--web-allow-actions to allow verbs)"
+    say(
+        f"vortos console on http://{WEB_HOST}:{port} for {cli.db}: {mode}; "
+        f"loopback only (no authentication: reach it through an SSH tunnel); Ctrl-C stops"
+    )
+    try:
+        Server(command, host=WEB_HOST, port=port, title="vortos").serve()
+    finally:
+        if host is not None:
+            host.stop()
+        if engine is not None:
+            engine.close()

@@ -1,0 +1,200 @@
+"""The frame's widgets: the header, the status line, the filter bar and the paged table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.text import Text
+from textual.binding import Binding, BindingType
+from textual.message import Message
+from textual.widgets import DataTable, Input, Static
+from textual.widgets.data_table import CellDoesNotExist
+
+from engine import Overview
+from vortos_tui.console.context import ConsoleContext, NodeRole
+from vortos_tui.console.format import clock_time, in_words
+
+ROLE_STYLE = {NodeRole.LEADER: "bold green", NodeRole.STANDBY: "yellow", NodeRole.ATTACHED: "cyan"}
+
+
+class ConsoleHeader(Static):
+    """Two lines: where and who; then which node leads and what the queue holds."""
+
+    DEFAULT_CSS = """
+    ConsoleHeader {
+        height: 2; background: $panel; color: $foreground; padding: 0 1;
+        text-wrap: nowrap; text-overflow: ellipsis;
+    }
+    """
+
+    def show(self, ctx: ConsoleContext, overview: Overview | None) -> None:
+        now = ctx.clock.now_ms()
+        node = ctx.node()
+        top = Text()
+        top.append("vortos ", style="bold")
+        top.append(ctx.db_label, style="bold cyan")
+        top.append("  node ")
+        top.append(node.role.value, style=ROLE_STYLE[node.role])
+        top.append("  op ")
+        top.append(ctx.operator, style="bold")
+        if ctx.read_only:
+            top.append(" (read-only)", style="yellow")
+        top.append("  ")
+        top.append(f"{clock_time(now, ctx.zone)} {ctx.zone.key}", style="bold")
+        second = Text()
+        if overview is None:
+            second.append("reading…", style="dim")
+        else:
+            leader = overview.leader
+            if leader is None or leader.expires_at <= now:
+                second.append("no leader", style="bold red")
+                if leader is not None:
+                    second.append(f" (last {leader.holder}, {in_words(leader.expires_at - now)})")
+            else:
+                second.append("leader ", style="dim")
+                second.append(leader.holder, style="bold")
+                age = max(0, now - leader.renewed_at) // 1000
+                second.append(f" renewed {age}s ago" if age else " renewed now")
+            second.append(
+                f"  sched {overview.active}/{overview.schedules}  open {overview.open_fires}"
+                f"  run {overview.running}"
+            )
+            second.append("  dead ")
+            second.append(
+                str(overview.dead_letters), style="bold magenta" if overview.dead_letters else ""
+            )
+        top.append("\n")
+        top.append_text(second)
+        top.no_wrap = True
+        top.overflow = "ellipsis"
+        self.update(top)
+
+
+@dataclass(slots=True)
+class Banners:
+    degraded: str | None = None
+    live: bool = True
+    filter: str = ""
+    position: str = ""
+
+
+class StatusLine(Static):
+    """One line: degraded or paused state first (they matter most), then filter and paging."""
+
+    DEFAULT_CSS = """
+    StatusLine {
+        height: 1; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis;
+    }
+    StatusLine.-degraded { background: $error 40%; }
+    """
+
+    def show(self, banners: Banners) -> None:
+        line = Text(no_wrap=True, overflow="ellipsis")
+        if banners.degraded:
+            line.append(banners.degraded, style="bold")
+            line.append("  ")
+        if not banners.live:
+            line.append("LIVE PAUSED (space resumes)", style="bold reverse yellow")
+            line.append("  ")
+        if banners.filter:
+            line.append("filter ", style="dim")
+            line.append(banners.filter, style="bold")
+            line.append("  ")
+        line.append(banners.position, style="dim")
+        self.set_class(bool(banners.degraded), "-degraded")
+        self.update(line)
+
+
+class FilterBar(Input):
+    """`/` opens it; enter applies; esc clears the filter and closes it."""
+
+    DEFAULT_CSS = """
+    FilterBar { dock: bottom; display: none; height: 3; }
+    FilterBar.-open { display: block; }
+    """
+
+    class Applied(Message):
+        def __init__(self, text: str) -> None:
+            super().__init__()
+            self.text = text
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "clear", "Clear filter", id="filter-clear")
+    ]
+
+    def open(self) -> None:
+        self.add_class("-open")
+        self.focus()
+
+    def close(self) -> None:
+        self.remove_class("-open")
+
+    def action_clear(self) -> None:
+        self.value = ""
+        self.close()
+        self.post_message(self.Applied(""))
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.close()
+        self.post_message(self.Applied(event.value.strip()))
+
+
+class PagedTable(DataTable[Text | str]):
+    """A table holding one page of rows; moving past either edge asks for the next page."""
+
+    class Edge(Message):
+        def __init__(self, direction: int) -> None:
+            super().__init__()
+            self.direction = direction
+
+    def action_cursor_down(self) -> None:
+        if self.row_count and self.cursor_row >= self.row_count - 1:
+            self.post_message(self.Edge(+1))
+            return
+        super().action_cursor_down()
+
+    def action_cursor_up(self) -> None:
+        if self.cursor_row <= 0:
+            self.post_message(self.Edge(-1))
+            return
+        super().action_cursor_up()
+
+    def sync(self, rows: Sequence[tuple[str, Sequence[Text | str]]], *, follow_top: bool) -> None:
+        """Show `rows` (key, cells), keeping the cursor on the row it was on when that row is
+        still here; with `follow_top`, a cursor on the first row stays on the first row."""
+        keys = [key for key, _ in rows]
+        current = self._key_at_cursor()
+        at_top = self.cursor_row <= 0
+        old_keys = [row.key.value for row in self.ordered_rows]
+        if old_keys == keys:
+            columns = list(self.columns)
+            for key, cells in rows:
+                for column, cell in zip(columns, cells, strict=True):
+                    self.update_cell(key, column, cell)
+            return
+        index = self.cursor_row
+        self.clear()
+        for key, cells in rows:
+            self.add_row(*cells, key=key)
+        if follow_top and at_top:
+            target = 0
+        elif current is not None and current in keys:
+            target = keys.index(current)
+        else:
+            target = min(index, len(keys) - 1)
+        if keys:
+            self.move_cursor(row=max(0, target), animate=False, scroll=True)
+
+    def _key_at_cursor(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        except CellDoesNotExist:  # a cursor past the rows: no row to keep
+            return None
+
+    def selected_key(self) -> str | None:
+        return self._key_at_cursor()
