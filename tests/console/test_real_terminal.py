@@ -329,3 +329,30 @@ def test_q_quits_with_exit_code_0_and_releases_the_leader_lease(
     assert terminal.exit_file.read_text().strip() == "EXIT=0"
     # The lease lives 15 s: still holding it here means the console quit without releasing.
     assert lease_holder(db) is None
+
+
+def readme_run_it() -> list[str]:
+    """The README's "Run it" command, after its `pip install . &&`."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"\*\*Run it\*\*.*?```sh\n(.+?)\n```", readme, re.S)
+    assert found is not None, "the README has no Run it command"
+    install, sep, run = found.group(1).partition(" && ")
+    assert (install, sep) == ("pip install .", " && "), found.group(1)
+    return shlex.split(run)
+
+
+def test_the_readme_run_it_command_opens_the_console_on_the_demo_data(tmp_path: Path) -> None:
+    """Acceptance 0: the README's first command, run as written in a fresh directory, is the
+    live console on the demo schedules."""
+    argv = readme_run_it()
+    assert argv[0] == "vortos-tui", argv
+    terminal = Terminal(tmp_path)
+    try:
+        terminal.start([*console_command(), *argv[1:]], cwd=tmp_path)
+        terminal.wait_screen(containing("NAME", "LAST", *DEMO_NAMES), "the demo schedules")
+        terminal.wait_screen(
+            lambda screen: cell(screen, "heartbeat", "LAST") == "completed", "a demo fire"
+        )
+        assert (tmp_path / "vortos.db").is_file()  # the default database, in the working dir
+    finally:
+        terminal.close()
