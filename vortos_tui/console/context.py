@@ -18,6 +18,7 @@ class NodeRole(StrEnum):
     LEADER = "leader"  # the in-process engine holds the dispatch lease
     STANDBY = "standby"  # the in-process engine waits for the lease
     ATTACHED = "attached"  # no engine in this process: only the console
+    DOWN = "engine down"  # the in-process engine stopped on an unexpected error (logged)
 
 
 @dataclass(frozen=True, slots=True)

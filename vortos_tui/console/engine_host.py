@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from engine import Engine, FireQueueConsumer, SchedulerDaemon
 from engine.ports.dispatch import DispatchReport
@@ -38,6 +39,7 @@ class EngineHost:
             node_id=node_id, lease_ttl_ms=lease_ttl_ms, on_dispatch=self._dispatched
         )
         self._threads: list[threading.Thread] = []
+        self.failed: str | None = None  # the loop that died, if one did
 
     def _dispatched(self, report: DispatchReport) -> None:
         if report.dispatched:
@@ -48,14 +50,30 @@ class EngineHost:
             ("vortos-daemon", self.daemon.run),
             ("vortos-consumer", self.consumer.run),
         ):
-            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread = threading.Thread(target=self._guarded, args=(name, target), name=name)
             thread.start()
             self._threads.append(thread)
 
+    def _guarded(self, name: str, loop: Callable[[], None]) -> None:
+        # The loops retry storage errors themselves; anything else is a bug. Say so on the
+        # console (the log shows as a notice) and in the header, rather than die silently.
+        try:
+            loop()
+        except Exception:
+            self.failed = name
+            log.exception("%s stopped on an unexpected error; restart the console", name)
+            self.daemon.stop()
+            self.consumer.stop()
+
     def status(self) -> NodeStatus:
-        return NodeStatus(
-            NodeRole.LEADER if self.daemon.leading else NodeRole.STANDBY, self.node_id
-        )
+        if self.failed is not None:
+            return NodeStatus(NodeRole.DOWN, self.node_id)
+        role = NodeRole.LEADER if self.daemon.leading else NodeRole.STANDBY
+        return NodeStatus(role, self.node_id)
+
+    @property
+    def running_commands(self) -> int:
+        return self.consumer.busy
 
     def stop(self) -> None:
         """Release the lease at once (a standby elsewhere takes over) and let running commands

@@ -18,6 +18,7 @@ from engine.domain.timeutil import format_duration, parse_duration, zone
 from engine.runtime.daemon import MIN_LEASE_TTL_MS
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
+from vortos_tui.cli.output import say
 from vortos_tui.cli.workers import ClaimTtl, Consumers, NodeId, check_node_id, consumer_settings
 from vortos_tui.console.actions import ConsoleActions
 from vortos_tui.console.app import VortosConsole
@@ -316,6 +317,12 @@ def run_console(
             app.run()
         finally:
             if host is not None:
+                busy = host.running_commands
+                if busy:
+                    say(
+                        f"vortos-tui: {busy} command(s) still running: waiting up to "
+                        f"{format_duration(grace_ms)} for them before giving their fires back"
+                    )
                 host.stop()
             if actions is not None:
                 actions.close()

@@ -16,7 +16,12 @@ from engine import Overview
 from vortos_tui.console.context import ConsoleContext, NodeRole
 from vortos_tui.console.format import clock_time, in_words
 
-ROLE_STYLE = {NodeRole.LEADER: "bold green", NodeRole.STANDBY: "yellow", NodeRole.ATTACHED: "cyan"}
+ROLE_STYLE = {
+    NodeRole.LEADER: "bold green",
+    NodeRole.STANDBY: "yellow",
+    NodeRole.ATTACHED: "cyan",
+    NodeRole.DOWN: "bold reverse red",
+}
 
 
 class ConsoleHeader(Static):

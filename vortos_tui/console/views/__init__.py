@@ -1,4 +1,5 @@
-"""The console's views. Importing this package registers the built-in ones, in jumper order."""
+"""The console's views. Importing this package registers the built-in ones; a new view is one
+module here that calls `register_view`, and one import below."""
 
 from vortos_tui.console.views import fires, schedules
 

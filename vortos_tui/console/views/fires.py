@@ -69,6 +69,7 @@ SPEC = register_view(
         title="Live fires",
         summary="every run, newest first, as it happens",
         factory=FiresView,
+        order=20,
         aliases=("f", "runs", "live"),
     )
 )

@@ -17,6 +17,7 @@ class ViewSpec:
     summary: str
     factory: Callable[[ConsoleContext], Screen[None]]
     aliases: tuple[str, ...] = ()
+    order: int = 100  # place in the jumper, the help and the palette (lowest first)
 
 
 _VIEWS: dict[str, ViewSpec] = {}
@@ -32,8 +33,8 @@ def register_view(spec: ViewSpec) -> ViewSpec:
 
 
 def views() -> list[ViewSpec]:
-    """In registration order (the jumper lists them so)."""
-    return list(_VIEWS.values())
+    """By `order`, then in registration order (the jumper lists them so)."""
+    return sorted(_VIEWS.values(), key=lambda spec: spec.order)
 
 
 def find_view(name: str) -> ViewSpec | None:

@@ -124,6 +124,7 @@ SPEC = register_view(
         title="Schedules",
         summary="every schedule, due soonest first",
         factory=SchedulesView,
+        order=10,
         aliases=("sc", "sched", "s"),
     )
 )
