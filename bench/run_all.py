@@ -20,6 +20,7 @@ BENCHMARKS = [
     "due_scan",
     "consume",
     "e2e_latency",
+    "console",
 ]
 
 

@@ -11,7 +11,7 @@ from engine import Clock, ReadModel
 from vortos_tui.console.actions import ConsoleActions
 
 DEFAULT_REFRESH_S = 0.5
-DEFAULT_PAGE = 200
+DEFAULT_PAGE = 100  # rows read per refresh: two screens of a tall terminal
 
 
 class NodeRole(StrEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual.binding import Binding, BindingType
@@ -150,6 +150,10 @@ class FilterBar(Input):
 class PagedTable(DataTable[Text | str]):
     """A table holding one page of rows; moving past either edge asks for the next page."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._shown: dict[str, tuple[Text | str, ...]] = {}  # key -> cells, in row order
+
     class Edge(Message):
         def __init__(self, direction: int) -> None:
             super().__init__()
@@ -169,24 +173,36 @@ class PagedTable(DataTable[Text | str]):
 
     def sync(self, rows: Sequence[tuple[str, Sequence[Text | str]]], *, follow_top: bool) -> None:
         """Show `rows` (key, cells), keeping the cursor on the row it was on when that row is
-        still here; with `follow_top`, a cursor on the first row stays on the first row."""
+        still here; with `follow_top`, a cursor on the first row stays on the first row.
+
+        Only cells that changed are written: every write drops the table's render cache, and
+        rewriting a whole page on each refresh cost more than reading it."""
+        # Plain strings become Text here: the table would parse a str as markup on every paint
+        # (slower, and a "[" in a name would be taken for a style).
+        rows = [
+            (key, tuple(Text(c) if isinstance(c, str) else c for c in cells)) for key, cells in rows
+        ]
         keys = [key for key, _ in rows]
-        current = self._key_at_cursor()
-        at_top = self.cursor_row <= 0
-        old_keys = [row.key.value for row in self.ordered_rows]
-        if old_keys == keys:
+        if keys == list(self._shown):
             columns = list(self.columns)
             for key, cells in rows:
-                for column, cell in zip(columns, cells, strict=True):
-                    self.update_cell(key, column, cell)
+                before = self._shown[key]
+                for index, (column, cell) in enumerate(zip(columns, cells, strict=True)):
+                    if before[index] != cell:
+                        self.update_cell(key, column, cell)
+                self._shown[key] = tuple(cells)
             return
+        current = self._key_at_cursor()
+        at_top = self.cursor_row <= 0
         index = self.cursor_row
         self.clear()
+        self._shown = {}
         for key, cells in rows:
             self.add_row(*cells, key=key)
+            self._shown[key] = tuple(cells)
         if follow_top and at_top:
             target = 0
-        elif current is not None and current in keys:
+        elif current is not None and current in self._shown:
             target = keys.index(current)
         else:
             target = min(index, len(keys) - 1)

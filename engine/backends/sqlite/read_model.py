@@ -172,8 +172,13 @@ class SqliteReadModel:
                 "SELECT holder, acquired_at, renewed_at, expires_at FROM leases WHERE key = ?",
                 (LEADER_LEASE,),
             )
+            total = await self._one(db, "SELECT count(*) FROM schedules")
             counts: dict[str, int] = dict(
-                await self._all(db, "SELECT status, count(*) FROM schedules GROUP BY status")
+                await self._all(
+                    db,
+                    "SELECT status, count(*) FROM schedules WHERE status <> 'active' "
+                    "GROUP BY status",
+                )
             )
             open_fires = await self._one(
                 db,
@@ -192,8 +197,8 @@ class SqliteReadModel:
         return Overview(
             read_at=now_ms,
             leader=LeaderView(*lease[0]) if lease else None,
-            schedules=sum(counts.values()),
-            active=counts.get("active", 0),
+            schedules=total,
+            active=total - sum(counts.values()),
             paused=counts.get("paused", 0),
             open_fires=open_fires,
             running=running,
