@@ -227,6 +227,11 @@ def console(
             demo=demo,
             zone_name=zone_info.key,
             refresh=refresh,
+            node=node_id or default_node_id(),
+            lease_ttl_ms=ttl,
+            concurrency=settings.concurrency,
+            claim_ttl_ms=settings.claim_ttl_ms,
+            grace_ms=settings.grace_ms,
         )
         return
     run_console(

@@ -11,7 +11,6 @@ import shlex
 import sys
 
 from engine import InvalidInput, open_engine
-from engine.api import default_node_id
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.output import say
@@ -44,6 +43,11 @@ def serve(
     demo: bool,
     zone_name: str,
     refresh: str,
+    node: str,
+    lease_ttl_ms: int,
+    concurrency: int,
+    claim_ttl_ms: int,
+    grace_ms: int,
 ) -> None:
     try:
         from textual_serve.server import Server  # noqa: PLC0415 - an optional extra
@@ -61,11 +65,11 @@ def serve(
             seed_demo(engine, operator())
         host = EngineHost(
             engine,
-            node_id=default_node_id(),
-            lease_ttl_ms=15_000,
-            concurrency=4,
-            claim_ttl_ms=60_000,
-            grace_ms=10_000,
+            node_id=node,
+            lease_ttl_ms=lease_ttl_ms,
+            concurrency=concurrency,
+            claim_ttl_ms=claim_ttl_ms,
+            grace_ms=grace_ms,
         )
         host.start()
     command = shlex.join(
