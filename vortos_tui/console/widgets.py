@@ -60,8 +60,10 @@ class ConsoleHeader(Static):
             else:
                 second.append("leader ", style="dim")
                 second.append(leader.holder, style="bold")
+                held = in_words(leader.acquired_at - now).removesuffix(" ago")
                 age = max(0, now - leader.renewed_at) // 1000
-                second.append(f" renewed {age}s ago" if age else " renewed now")
+                second.append(f" for {held}" if held != "now" else " since now")
+                second.append(f" (renewed {age}s ago)" if age else " (renewed now)", style="dim")
             second.append(
                 f"  sched {overview.active}/{overview.schedules}  open {overview.open_fires}"
                 f"  run {overview.running}"
