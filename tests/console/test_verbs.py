@@ -10,13 +10,27 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Button, Input
 
-from engine import RunKind, open_engine
+from engine import (
+    FireListQuery,
+    Overview,
+    Page,
+    ReadModel,
+    Run,
+    RunDetail,
+    RunKind,
+    ScheduleDetail,
+    ScheduleListQuery,
+    ScheduleRow,
+    open_engine,
+)
 from engine.ports.runs import RunQuery
 from tests.console.conftest import ConsoleFactory
 from tests.console.seed import OPERATOR
@@ -26,6 +40,8 @@ from vortos_tui.console.views.fires import FiresView
 from vortos_tui.console.views.schedule_detail import ScheduleDetailView
 from vortos_tui.console.views.schedules import SchedulesView
 from vortos_tui.console.widgets import StatusLine
+
+T = TypeVar("T")
 
 # Due order on the seeded database (see tests/console/seed.py).
 ROWS = [
@@ -493,3 +509,83 @@ async def test_an_unreadable_database_shows_the_degraded_banner_and_recovers(
         await pilot.pause()
         assert "degraded" not in status_line(app)
         assert app.is_running
+
+
+class SlowReads:
+    """The real read model, each read held a while, counting reads in flight at once."""
+
+    def __init__(self, inner: ReadModel) -> None:
+        self.inner = inner
+        self.in_flight = 0
+        self.most = 0
+        self.reads = 0
+
+    async def _slow(self, read: Awaitable[T]) -> T:
+        self.in_flight += 1
+        self.most = max(self.most, self.in_flight)
+        try:
+            await asyncio.sleep(0.05)  # ten times the refresh interval below
+            return await read
+        finally:
+            self.in_flight -= 1
+            self.reads += 1
+
+    async def overview(self, now_ms: int) -> Overview:
+        return await self._slow(self.inner.overview(now_ms))
+
+    async def schedules(self, query: ScheduleListQuery) -> Page[ScheduleRow]:
+        return await self._slow(self.inner.schedules(query))
+
+    async def fires(self, query: FireListQuery) -> Page[Run]:
+        return await self._slow(self.inner.fires(query))
+
+    async def schedule(self, schedule_id: str, *, runs: int = 20) -> ScheduleDetail | None:
+        return await self._slow(self.inner.schedule(schedule_id, runs=runs))
+
+    async def run(self, run_id: int) -> RunDetail | None:
+        return await self._slow(self.inner.run(run_id))
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+async def test_refreshes_never_overlap_even_when_a_read_outlasts_the_interval(
+    console_for: ConsoleFactory,
+) -> None:
+    app = console_for(refresh_s=0.005)
+    slow = SlowReads(app.ctx.model)
+    app.ctx.model = slow
+    async with app.run_test() as pilot:
+        await app.settle()
+        for _ in range(5):
+            await pilot.press("r")  # asking for more reads does not start them side by side
+        deadline = asyncio.get_running_loop().time() + 10
+        while slow.reads < 20:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+    assert slow.most == 1
+
+
+@pytest.mark.parametrize("damage", ["moved away", "replaced by junk"])
+async def test_a_damaged_database_file_degrades_and_recovers_when_restored(
+    console_for: ConsoleFactory, seeded_db: Path, damage: str
+) -> None:
+    app = console_for()
+    saved = seeded_db.with_name("saved.db")
+    async with app.run_test() as pilot:
+        await app.settle()
+        if damage == "moved away":
+            seeded_db.rename(saved)
+        else:
+            saved.write_bytes(seeded_db.read_bytes())
+            seeded_db.write_bytes(b"not a database" * 1000)
+        await app.settle()
+        await pilot.pause()
+        assert "degraded: last good at 00:00:00" in status_line(app)
+        await app.settle()  # and again: it keeps trying, and keeps running
+        assert app.is_running
+        saved.replace(seeded_db)
+        await app.settle()
+        await pilot.pause()
+        assert "degraded" not in status_line(app)
+        assert row_names(app) == ROWS
