@@ -158,3 +158,55 @@ CREATE TABLE leases (
     renewed_at  INTEGER NOT NULL,
     expires_at  INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- The audit chain (see engine.domain.audit): one chain per tenant ('tenant:<name>') and one for
+-- the system ('system'). Each entry's hash covers its content and the previous hash; each is
+-- HMAC-signed with a key that is never stored here. The triggers stop accidental edits; a
+-- deliberate one (triggers dropped) is what `vortos audit verify` finds.
+CREATE TABLE audit_entries (
+    chain       TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    event       TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    tenant      TEXT,
+    schedule_id TEXT,
+    slot_key    TEXT,
+    at          INTEGER NOT NULL,
+    data        TEXT NOT NULL,              -- canonical JSON
+    prev_hash   TEXT NOT NULL,
+    hash        TEXT NOT NULL,
+    key_id      TEXT NOT NULL,
+    signature   TEXT NOT NULL,
+    PRIMARY KEY (chain, seq)
+) WITHOUT ROWID;
+
+CREATE TRIGGER audit_entries_no_update BEFORE UPDATE ON audit_entries
+BEGIN
+    SELECT RAISE(ABORT, 'the audit chain is append-only');
+END;
+
+CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
+BEGIN
+    SELECT RAISE(ABORT, 'the audit chain is append-only');
+END;
+
+-- Every CHECKPOINT_EVERY entries: the chain's running hash at that entry, signed, so that a
+-- verification can resume from the last one it checked instead of the chain's start.
+CREATE TABLE audit_checkpoints (
+    chain     TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    hash      TEXT NOT NULL,
+    key_id    TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    PRIMARY KEY (chain, seq)
+) WITHOUT ROWID;
+
+-- How far each chain was last verified (signed, so it cannot be moved forward without the key).
+CREATE TABLE audit_verified (
+    chain       TEXT PRIMARY KEY,
+    seq         INTEGER NOT NULL,
+    hash        TEXT NOT NULL,
+    verified_at INTEGER NOT NULL,
+    key_id      TEXT NOT NULL,
+    signature   TEXT NOT NULL
+) WITHOUT ROWID;

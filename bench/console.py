@@ -55,6 +55,7 @@ from bench._common import (
     verdict,
 )
 from engine import (
+    AuditOverview,
     CronTrigger,
     FireListQuery,
     IntervalTrigger,
@@ -325,6 +326,10 @@ class TimedModel:
     async def run(self, run_id: int) -> RunDetail | None:
         found: RunDetail | None = await self._timed(lambda: self.inner.run(run_id))
         return found
+
+    async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
+        result: AuditOverview = await self._timed(lambda: self.inner.audit(chain, limit=limit))
+        return result
 
     async def close(self) -> None:
         await self.inner.close()

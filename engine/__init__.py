@@ -54,6 +54,8 @@ from engine.domain.triggers import (
 from engine.ports.fire_queue import Fire, FireState
 from engine.ports.lease import LEADER_LEASE
 from engine.ports.read_model import (
+    AuditOverview,
+    ChainStatus,
     FireListQuery,
     LeaderView,
     Overview,
@@ -74,7 +76,9 @@ __all__ = [
     "LEADER_LEASE",
     "PREVIEW_MAX",
     "App",
+    "AuditOverview",
     "BackfillReport",
+    "ChainStatus",
     "Clock",
     "Command",
     "CommandCancelled",

@@ -12,7 +12,9 @@ from engine.backends.sqlite import SqliteBackend
 from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS, inspect_path
 from engine.backends.sqlite.read_model import SqliteReadModel
 from engine.commands import CommandRegistry, builtin_commands
+from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
+from engine.governance.keys import load_keyring
 from engine.ports.dispatch import DispatchReport
 from engine.ports.read_model import ReadModel
 from engine.runtime.consumer import (
@@ -108,6 +110,7 @@ def open_engine(
     create: bool = True,
     readonly: bool = False,
     busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    audit_key_file: Path | None = None,
 ) -> Engine:
     """Open (creating or upgrading if needed) the database at `db`.
 
@@ -115,8 +118,22 @@ def open_engine(
     fails with StorageError.
     """
     clock = clock or SystemClock()
+    path = Path(db)
+    storage: SqliteBackend | None = None
+
+    def audit_keys() -> KeyRing:
+        # A key file is made only for a chain that has no entry yet: a database whose key
+        # went missing must not carry on under a new one.
+        assert storage is not None
+        return load_keyring(path, key_file=audit_key_file, create=storage.audit.is_empty())
+
     storage = SqliteBackend(
-        Path(db), clock, create=create, readonly=readonly, busy_timeout_ms=busy_timeout_ms
+        path,
+        clock,
+        create=create,
+        readonly=readonly,
+        busy_timeout_ms=busy_timeout_ms,
+        audit_keys=None if readonly else audit_keys,
     )
     return Engine(storage, clock, commands or builtin_commands())
 

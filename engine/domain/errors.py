@@ -60,3 +60,9 @@ class LeaseNotOwned(LeaseError):
 
 class LeaseExpired(LeaseError):
     """The caller held the lease but let it expire; it must acquire again."""
+
+
+class AuditKeyMissing(VortosError):
+    """No audit key where one must be: changes are refused rather than left unaudited."""
+
+    exit_code = 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from engine.domain.audit import AuditEntry
 from engine.domain.run import Run, RunState
 from engine.domain.schedule import Schedule, ScheduleStatus
 from engine.ports.fire_queue import Fire
@@ -115,6 +116,23 @@ class RunDetail:
     fire: Fire | None  # None once retention has removed the fire-queue row
 
 
+@dataclass(frozen=True, slots=True)
+class ChainStatus:
+    chain: str
+    head_seq: int
+    head_hash: str
+    head_at: int | None  # when its newest entry was written
+    verified_seq: int | None  # how far the last `verify` got (as recorded), None: never
+    verified_at: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditOverview:
+    chains: tuple[ChainStatus, ...]
+    chain: str | None  # whose entries `recent` holds
+    recent: tuple[AuditEntry, ...]  # newest first
+
+
 class ReadModel(Protocol):
     """Asynchronous, read-only views of one database.
 
@@ -138,5 +156,10 @@ class ReadModel(Protocol):
     async def schedule(self, schedule_id: str, *, runs: int = 20) -> ScheduleDetail | None: ...
 
     async def run(self, run_id: int) -> RunDetail | None: ...
+
+    async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
+        """Every chain's head and last verification; the newest entries of `chain` (default:
+        the chain written last)."""
+        ...
 
     async def close(self) -> None: ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from engine.ports.audit import AuditLog
 from engine.ports.dispatch import ChangeFeed, DispatchPort
 from engine.ports.fire_queue import FireQueue
 from engine.ports.lease import LeasePort
@@ -34,6 +35,14 @@ class Storage(Protocol):
 
     @property
     def changes(self) -> ChangeFeed: ...
+
+    @property
+    def audit(self) -> AuditLog: ...
+
+    def atomic(self) -> AbstractContextManager[None]:
+        """One write transaction, on the calling thread, around every store call inside it:
+        all of them land, or none (a change and its audit entry are one)."""
+        ...
 
     def serving(self) -> AbstractContextManager[None]:
         """The context a daemon dispatches in, from the calling thread: a backend may tune that

@@ -14,8 +14,9 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
-from engine.domain.errors import LeaseError, StorageError
+from engine.domain.errors import LeaseError, StorageError, VortosError
 from engine.domain.misfire import SlotPlan, plan_slots
 from engine.domain.schedule import Schedule
 from engine.domain.timeutil import iso_utc
@@ -163,6 +164,7 @@ class SchedulerDaemon:
         try:
             self._storage.leases.release(self.config.lease_key, self._token)
             log.info("%s released the lease", self.config.node_id)
+            self._record("leader.released")
         except (LeaseError, StorageError) as exc:
             log.warning("could not release the lease: %s", exc)
 
@@ -179,6 +181,7 @@ class SchedulerDaemon:
             log.info(
                 "%s leads (lease %s, ttl %d ms)", self.config.node_id, self.config.lease_key, ttl
             )
+            self._record("leader.acquired", acquired_at=lease.acquired_at, ttl_ms=ttl)
             return 0.0
         holder = self._storage.leases.current(self.config.lease_key)
         wait_ms = ttl // 2 if holder is None else min(ttl // 2, holder.expires_at - now)
@@ -202,8 +205,25 @@ class SchedulerDaemon:
     def _lose(self, why: str) -> None:
         if self.leading:
             log.warning("%s lost the lease: %s", self.config.node_id, why)
+            self._record("leader.lost", reason=why)
         self.leading = False
         self._token = secrets.token_hex(16)
+
+    def _record(self, event: str, **data: object) -> None:
+        """A lease change in the system's audit chain. Dispatch must not wait on it: a failed
+        append is logged (and counted by the metrics issue), the lease change stands."""
+        try:
+            self._storage.audit.append(
+                [
+                    AuditEvent(
+                        event,
+                        actor=self.config.node_id,
+                        data={"lease": self.config.lease_key, **data},
+                    )
+                ]
+            )
+        except VortosError as exc:
+            log.warning("could not record %s in the audit chain: %s", event, exc)
 
     def _report(self, report: DispatchReport, now: int) -> None:
         if log.isEnabledFor(logging.INFO):

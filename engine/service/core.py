@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
+from typing import Any
 
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
+from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
 from engine.domain.misfire import due_at
@@ -97,7 +99,9 @@ class ServiceCore:
         first = validate_spec(spec, self.commands, now)
         schedule = new_schedule(spec, first, now, ScheduleOrigin.DYNAMIC)
         try:
-            self._storage.schedules.insert(schedule)
+            with self._storage.atomic():
+                self._storage.schedules.insert(schedule)
+                self._record("schedule.created", actor, schedule, definition=definition(schedule))
         except DuplicateName:
             existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
             if existing is not None and existing.origin is ScheduleOrigin.STATIC:
@@ -133,15 +137,17 @@ class ServiceCore:
             note is None or note == schedule.pause_note
         ):
             return schedule
-        changed = self._storage.schedules.update(
-            replace(
-                schedule,
-                status=ScheduleStatus.PAUSED,
-                pause_note=note,
-                updated_at=self._clock.now_ms(),
-            ),
-            schedule.version,
-        )
+        with self._storage.atomic():
+            changed = self._storage.schedules.update(
+                replace(
+                    schedule,
+                    status=ScheduleStatus.PAUSED,
+                    pause_note=note,
+                    updated_at=self._clock.now_ms(),
+                ),
+                schedule.version,
+            )
+            self._record("schedule.paused", actor, changed, note=note)
         log.info("schedule %s/%s paused by %s%s", tenant, name, actor, f": {note}" if note else "")
         return changed
 
@@ -171,19 +177,21 @@ class ServiceCore:
         else:
             first = schedule.trigger.slot_after(now - 1, schedule.timezone)
             next_slot = None if first is None else first.at_ms
-        changed = self._storage.schedules.update(
-            replace(
-                schedule,
-                status=ScheduleStatus.ACTIVE,
-                pause_note=None,
-                updated_at=now,
-                next_slot_at=next_slot,
-                next_fire_at=None
-                if next_slot is None
-                else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
-            ),
-            schedule.version,
-        )
+        with self._storage.atomic():
+            changed = self._storage.schedules.update(
+                replace(
+                    schedule,
+                    status=ScheduleStatus.ACTIVE,
+                    pause_note=None,
+                    updated_at=now,
+                    next_slot_at=next_slot,
+                    next_fire_at=None
+                    if next_slot is None
+                    else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
+                ),
+                schedule.version,
+            )
+            self._record("schedule.resumed", actor, changed, catch_up=catch_up)
         log.info(
             "schedule %s/%s resumed by %s%s", tenant, name, actor, " (catch-up)" if catch_up else ""
         )
@@ -200,11 +208,36 @@ class ServiceCore:
         """Remove the schedule; its runs stay in the ledger. Static schedules are refused."""
         schedule = self._current(name, tenant, expected_version)
         _refuse_static(schedule, "deleted")
-        self._storage.schedules.delete(schedule.id, tenant, schedule.version)
+        with self._storage.atomic():
+            self._storage.schedules.delete(schedule.id, tenant, schedule.version)
+            self._record("schedule.deleted", actor, schedule)
         log.info("schedule %s/%s deleted by %s", tenant, name, actor)
         return schedule
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _record(
+        self,
+        event: str,
+        actor: str,
+        schedule: Schedule,
+        *,
+        slot_key: str | None = None,
+        **data: Any,
+    ) -> None:
+        """The audit entry of a change, inside the change's transaction."""
+        self._storage.audit.append(
+            [
+                AuditEvent(
+                    event,
+                    actor=actor,
+                    tenant=schedule.tenant,
+                    schedule_id=schedule.id,
+                    slot_key=slot_key,
+                    data={"name": schedule.name, "version": schedule.version, **data},
+                )
+            ]
+        )
 
     def _current(self, name: str, tenant: str, expected_version: int | None) -> Schedule:
         schedule = self.get(name, tenant=tenant)
@@ -255,6 +288,23 @@ def _refuse_static(schedule: Schedule, verb: str) -> None:
             f"({schedule.metadata.get(SOURCE_KEY, 'in the app')}) and cannot be {verb} at "
             "runtime; change it there (pause and resume work)"
         )
+
+
+def definition(schedule: Schedule) -> dict[str, Any]:
+    """What an audit entry records of a schedule's definition."""
+    return {
+        "trigger": {"kind": schedule.trigger.kind, **schedule.trigger.to_spec()},
+        "timezone": schedule.timezone,
+        "command": schedule.command,
+        "payload": dict(schedule.payload),
+        "misfire": schedule.misfire.kind.value,
+        "overlap": schedule.overlap.value,
+        "jitter_ms": schedule.jitter_ms,
+        "sensitive": schedule.sensitive,
+        "metadata": dict(schedule.metadata),
+        "retry": schedule.retry.to_json(),
+        "origin": schedule.origin.value,
+    }
 
 
 def new_schedule(spec: ScheduleSpec, first_slot: int, now: int, origin: ScheduleOrigin) -> Schedule:

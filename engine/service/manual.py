@@ -6,6 +6,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 
+from engine.domain.audit import AuditEvent
 from engine.domain.errors import InvalidInput
 from engine.domain.misfire import due_at
 from engine.domain.run import Run, RunKind
@@ -50,11 +51,13 @@ class ManualFires(ServiceCore):
         self._check_payload(schedule)
         now = self._clock.now_ms()
         key = manual_slot_key(schedule.id, now, secrets.token_hex(4))
-        self._storage.fire_queue.enqueue(
-            [self._new_fire(schedule, key, now, now, RunKind.MANUAL, actor)], available_at=now
-        )
-        run = self._storage.runs.find_by_slot(tenant, key)
-        assert run is not None  # written just now, under a fresh key
+        with self._storage.atomic():
+            self._storage.fire_queue.enqueue(
+                [self._new_fire(schedule, key, now, now, RunKind.MANUAL, actor)], available_at=now
+            )
+            run = self._storage.runs.find_by_slot(tenant, key)
+            assert run is not None  # written just now, under a fresh key
+            self._record("fire.manual", actor, schedule, slot_key=key, run=run.id)
         log.info("schedule %s/%s triggered by %s (run %d)", tenant, name, actor, run.id)
         return run
 
@@ -110,9 +113,24 @@ class ManualFires(ServiceCore):
         ]
         dispatched = already = 0
         for start in range(0, len(fires), _ENQUEUE_CHUNK):
-            report = self._storage.fire_queue.enqueue(
-                fires[start : start + _ENQUEUE_CHUNK], available_at=now
-            )
+            chunk = fires[start : start + _ENQUEUE_CHUNK]
+            with self._storage.atomic():
+                report = self._storage.fire_queue.enqueue(chunk, available_at=now)
+                taken = set(report.already)
+                new = [fire for fire in chunk if fire.slot_key not in taken]
+                self._storage.audit.append(
+                    [
+                        AuditEvent(
+                            "fire.backfilled",
+                            actor=actor,
+                            tenant=schedule.tenant,
+                            schedule_id=schedule.id,
+                            slot_key=fire.slot_key,
+                            data={"run": run_id, "slot_at": fire.slot_at},
+                        )
+                        for fire, run_id in zip(new, report.inserted, strict=True)
+                    ]
+                )
             dispatched += len(report.inserted)
             already += len(report.already)
         log.info(

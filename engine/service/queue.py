@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from engine.domain.audit import AuditEvent
 from engine.domain.errors import InvalidInput, NotFound
 from engine.ports.fire_queue import Fire, FireQuery, FireState
 from engine.service.core import ServiceCore
@@ -29,16 +30,43 @@ class DeadLetters(ServiceCore):
         """Make these dead letters (None: all of `tenant`'s, or all) available again now; their
         runs go back to `dispatched`, their counters stay."""
         self._check_dead(run_ids, tenant)
-        count = self._storage.fire_queue.requeue(run_ids, at=self._clock.now_ms(), tenant=tenant)
+        with self._storage.atomic():
+            count = self._storage.fire_queue.requeue(
+                run_ids, at=self._clock.now_ms(), tenant=tenant
+            )
+            self._record_queue("queue.requeued", actor, run_ids, tenant, count)
         log.info("%d dead letter(s) requeued by %s", count, actor)
         return count
 
     def purge(self, run_ids: Sequence[int] | None, *, actor: str, tenant: str | None = None) -> int:
         """Delete these dead letters (None: all of `tenant`'s, or all); runs stay."""
         self._check_dead(run_ids, tenant)
-        count = self._storage.fire_queue.purge(run_ids, tenant=tenant)
+        with self._storage.atomic():
+            count = self._storage.fire_queue.purge(run_ids, tenant=tenant)
+            self._record_queue("queue.purged", actor, run_ids, tenant, count)
         log.info("%d dead letter(s) purged by %s", count, actor)
         return count
+
+    def _record_queue(
+        self,
+        event: str,
+        actor: str,
+        run_ids: Sequence[int] | None,
+        tenant: str | None,
+        count: int,
+    ) -> None:
+        if count == 0:
+            return  # nothing changed: nothing to record
+        self._storage.audit.append(
+            [
+                AuditEvent(
+                    event,
+                    actor=actor,
+                    tenant=tenant,
+                    data={"runs": None if run_ids is None else list(run_ids), "count": count},
+                )
+            ]
+        )
 
     def _check_dead(self, run_ids: Sequence[int] | None, tenant: str | None) -> None:
         """Every id named must be a dead letter: otherwise nothing is done at all."""

@@ -11,7 +11,7 @@ from engine.domain.errors import DuplicateName
 from engine.domain.misfire import due_at
 from engine.domain.schedule import Schedule, ScheduleOrigin, ScheduleSpec, ScheduleStatus
 from engine.ports.schedules import ScheduleQuery
-from engine.service.core import ServiceCore, new_schedule, validate_spec
+from engine.service.core import ServiceCore, definition, new_schedule, validate_spec
 
 log = logging.getLogger("vortos.service")
 
@@ -43,36 +43,45 @@ class StaticSync(ServiceCore):
                     "one, or give the static one another name"
                 )
         report = SyncReport()
-        wanted = {_key(item.spec) for item in declared}
-        for item in declared:
-            spec = item.spec
-            label = f"{spec.tenant}/{spec.name}"
-            existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
-            if existing is None:
-                self._storage.schedules.insert(
-                    new_schedule(spec, firsts[_key(spec)], now, ScheduleOrigin.STATIC)
+        # One transaction: a sync lands whole, with its audit entries, or not at all.
+        with self._storage.atomic():
+            wanted = {_key(item.spec) for item in declared}
+            for item in declared:
+                spec = item.spec
+                label = f"{spec.tenant}/{spec.name}"
+                existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
+                if existing is None:
+                    created = new_schedule(spec, firsts[_key(spec)], now, ScheduleOrigin.STATIC)
+                    self._storage.schedules.insert(created)
+                    self._record("schedule.created", actor, created, definition=definition(created))
+                    report.created.append(label)
+                elif _same_definition(existing, spec) and existing.status is not (
+                    ScheduleStatus.DISABLED
+                ):
+                    report.unchanged.append(label)
+                else:
+                    updated = self._storage.schedules.update(
+                        _redefined(existing, spec, now), existing.version
+                    )
+                    self._record("schedule.updated", actor, updated, definition=definition(updated))
+                    report.updated.append(label)
+            for stored in self._stored_static():
+                if (
+                    stored.tenant,
+                    stored.name,
+                ) in wanted or stored.status is ScheduleStatus.DISABLED:
+                    continue
+                disabled = self._storage.schedules.update(
+                    replace(
+                        stored,
+                        status=ScheduleStatus.DISABLED,
+                        pause_note=UNDECLARED_NOTE,
+                        updated_at=now,
+                    ),
+                    stored.version,
                 )
-                report.created.append(label)
-            elif _same_definition(existing, spec) and existing.status is not (
-                ScheduleStatus.DISABLED
-            ):
-                report.unchanged.append(label)
-            else:
-                self._storage.schedules.update(_redefined(existing, spec, now), existing.version)
-                report.updated.append(label)
-        for stored in self._stored_static():
-            if (stored.tenant, stored.name) in wanted or stored.status is ScheduleStatus.DISABLED:
-                continue
-            self._storage.schedules.update(
-                replace(
-                    stored,
-                    status=ScheduleStatus.DISABLED,
-                    pause_note=UNDECLARED_NOTE,
-                    updated_at=now,
-                ),
-                stored.version,
-            )
-            report.disabled.append(f"{stored.tenant}/{stored.name}")
+                self._record("schedule.disabled", actor, disabled, reason=UNDECLARED_NOTE)
+                report.disabled.append(f"{stored.tenant}/{stored.name}")
         log.info(
             "static schedules synced by %s: %d created, %d updated, %d unchanged, %d disabled",
             actor,

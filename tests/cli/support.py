@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.governance.keys import default_key_file
 from tests.conftest import CliResult, run_cli
 
 
@@ -43,8 +44,12 @@ def checkpoint(path: Path) -> None:
 
 
 def copy_database(source: Path, target: Path) -> Path:
-    """A byte copy of a checkpointed database file (see `checkpoint`)."""
+    """A byte copy of a checkpointed database file (see `checkpoint`), with its audit key
+    beside it, as a backup restores both."""
     target.write_bytes(source.read_bytes())
+    key = default_key_file(source)
+    if key.exists():
+        default_key_file(target).write_bytes(key.read_bytes())
     return target
 
 

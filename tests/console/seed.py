@@ -22,6 +22,7 @@ from engine import (
 )
 from engine.domain.schedule import ScheduleOrigin
 from engine.domain.timeutil import MINUTE_MS, SECOND_MS, parse_instant
+from engine.governance.keys import default_key_file
 from engine.service.core import new_schedule, validate_spec
 from vortos_tui.cli.demo import demo_commands
 
@@ -129,5 +130,7 @@ def build(path: Path) -> None:
 
 
 def copy_seeded(template: Path, target: Path) -> Path:
+    """The template database and its audit key, as a backup restores both."""
     shutil.copyfile(template, target)
+    shutil.copyfile(default_key_file(template), default_key_file(target))
     return target

@@ -19,6 +19,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input
 
 from engine import (
+    AuditOverview,
     FireListQuery,
     Overview,
     Page,
@@ -544,6 +545,9 @@ class SlowReads:
 
     async def run(self, run_id: int) -> RunDetail | None:
         return await self._slow(self.inner.run(run_id))
+
+    async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
+        return await self._slow(self.inner.audit(chain, limit=limit))
 
     async def close(self) -> None:
         await self.inner.close()

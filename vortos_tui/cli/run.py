@@ -89,6 +89,8 @@ def run(
     cli = state(ctx)
     cli.commands()  # import the app (and refuse a broken one) before opening the database
     with open_for_write(ctx) as engine:
+        # Every fire is audited: without the key there is no dispatching, so say so now.
+        engine.storage.audit.keys()
         if cli.app is not None:
             report = engine.service.sync_static(cli.loaded_app().static, actor=operator())
             log.info(

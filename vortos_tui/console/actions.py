@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from engine import Engine, NotFound, Schedule, ScheduleStatus, StaleVersion, VortosError
+from engine.governance.audit import Verification, verify
 
 
 class Verb(StrEnum):
@@ -114,6 +115,11 @@ class ConsoleActions:
         except StaleVersion as exc:
             raise StaleRow(f"{exc}; nothing was done") from None
         return f"triggered {ref.label}: run {run.id}"
+
+    def verify_audit(self) -> Verification:
+        """Verify every audit chain from its last verification (and record how far)."""
+        audit = self._service_engine().storage.audit
+        return verify(audit, audit.keys())
 
     def close(self) -> None:
         with self._lock:

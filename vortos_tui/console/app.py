@@ -273,6 +273,38 @@ class VortosConsole(App[None]):
         else:
             self.call_from_thread(self._acted, "information", message)
 
+    def verify_audit(self) -> None:
+        if self.ctx.actions is None:
+            self._say("error", f"read-only console ({self.ctx.read_only_reason}): no verify")
+            return
+        self._say("information", "verifying the audit chains…")
+        self.run_worker(self._verify, thread=True, group="verbs", exit_on_error=False)
+
+    def _verify(self) -> None:
+        actions = self.ctx.actions
+        assert actions is not None
+        try:
+            result = actions.verify_audit()
+        except Exception as exc:  # noqa: BLE001 - reported on screen, never fatal
+            self.call_from_thread(self._acted, "error", f"verify failed: {exc}")
+            return
+        broken = [r for r in result.chains if not r.intact]
+        if broken:
+            first = broken[0]
+            assert first.problem is not None
+            message = (
+                f"audit chain {first.chain} is BROKEN at entry {first.problem.seq}: "
+                f"{first.problem.reason}"
+            )
+            self.call_from_thread(self._acted, "error", message)
+            return
+        checked = sum(r.checked for r in result.chains)
+        self.call_from_thread(
+            self._acted,
+            "information",
+            f"{len(result.chains)} audit chain(s) intact ({checked} new entries checked)",
+        )
+
     def _acted(self, severity: SeverityLevel, message: str) -> None:
         self._say(severity, message)
         self.verbs_done += 1

@@ -280,6 +280,7 @@ def run_console(
         open_engine(cli.db, create=False, readonly=True, commands=commands).close()
     else:
         engine = open_engine(cli.db, create=True, commands=commands)
+        engine.storage.audit.keys()  # no audit key, no dispatching: refuse now, not at a fire
         if cli.app is not None:
             engine.service.sync_static(cli.loaded_app().static, actor=who)
         if demo:

@@ -191,7 +191,7 @@ class PagedTable(DataTable[Text | str]):
                 before = self._shown[key]
                 for index, (column, cell) in enumerate(zip(columns, cells, strict=True)):
                     if before[index] != cell:
-                        self.update_cell(key, column, cell)
+                        self.update_cell(key, column, cell, update_width=True)
                 self._shown[key] = tuple(cells)
             return
         current = self._key_at_cursor()

@@ -11,6 +11,7 @@ from typing import Any
 
 import apsw
 
+from engine.backends.sqlite.audit import KeySource, SqliteAuditLog
 from engine.backends.sqlite.changes import SqliteChangeFeed
 from engine.backends.sqlite.connection import (
     BUSY_TIMEOUT_MS,
@@ -19,6 +20,7 @@ from engine.backends.sqlite.connection import (
     prepare,
     scalar,
     storage_errors,
+    write_tx,
 )
 from engine.backends.sqlite.dispatch import SqliteDispatcher
 from engine.backends.sqlite.fire_queue import SqliteFireQueue
@@ -44,6 +46,7 @@ class SqliteBackend:
         create: bool = True,
         readonly: bool = False,
         busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        audit_keys: KeySource | None = None,
     ) -> None:
         self.path = Path(path)
         prepare(self.path, create=create and not readonly, write=not readonly)
@@ -53,8 +56,17 @@ class SqliteBackend:
         self.schedules = SqliteScheduleStore(self.pool)
         self.runs = SqliteRunLedger(self.pool)
         self.fire_queue = SqliteFireQueue(self.pool, clock)
-        self.dispatcher = SqliteDispatcher(self.pool)
         self.changes = SqliteChangeFeed(self.pool)
+        self.audit = SqliteAuditLog(self.pool, clock, audit_keys)
+        self.dispatcher = SqliteDispatcher(self.pool, self.audit)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One write transaction on this thread's connection for everything inside: a change
+        and its audit entry land together or not at all."""
+        conn = self.pool.get()
+        with storage_errors(self.path), write_tx(conn):
+            yield
 
     def describe(self) -> dict[str, Any]:
         """Facts about the database for `vortos db info`."""

@@ -20,7 +20,7 @@ import apsw
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -72,6 +72,49 @@ CREATE INDEX fire_queue_dead ON fire_queue (discarded_at)
     # The console: its header counts schedules by state on every refresh.
     3: """
 CREATE INDEX schedules_inactive ON schedules (status) WHERE status <> 'active';
+""",
+    # Governance: the audit chain.
+    4: """
+CREATE TABLE audit_entries (
+    chain       TEXT NOT NULL,
+    seq         INTEGER NOT NULL,
+    event       TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    tenant      TEXT,
+    schedule_id TEXT,
+    slot_key    TEXT,
+    at          INTEGER NOT NULL,
+    data        TEXT NOT NULL,
+    prev_hash   TEXT NOT NULL,
+    hash        TEXT NOT NULL,
+    key_id      TEXT NOT NULL,
+    signature   TEXT NOT NULL,
+    PRIMARY KEY (chain, seq)
+) WITHOUT ROWID;
+CREATE TRIGGER audit_entries_no_update BEFORE UPDATE ON audit_entries
+BEGIN
+    SELECT RAISE(ABORT, 'the audit chain is append-only');
+END;
+CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
+BEGIN
+    SELECT RAISE(ABORT, 'the audit chain is append-only');
+END;
+CREATE TABLE audit_checkpoints (
+    chain     TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    hash      TEXT NOT NULL,
+    key_id    TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    PRIMARY KEY (chain, seq)
+) WITHOUT ROWID;
+CREATE TABLE audit_verified (
+    chain       TEXT PRIMARY KEY,
+    seq         INTEGER NOT NULL,
+    hash        TEXT NOT NULL,
+    verified_at INTEGER NOT NULL,
+    key_id      TEXT NOT NULL,
+    signature   TEXT NOT NULL
+) WITHOUT ROWID;
 """,
 }
 
@@ -191,7 +234,22 @@ def scalar(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> Any:
 
 @contextmanager
 def write_tx(conn: apsw.Connection) -> Iterator[apsw.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception.
+
+    Inside a transaction already open on this connection (the service's unit of work: a
+    change and its audit entry together), it is a savepoint of that transaction instead, so
+    the outer one decides whether everything lands."""
+    if not conn.get_autocommit():
+        conn.execute("SAVEPOINT vortos_inner")
+        try:
+            yield conn
+        except BaseException:
+            if not conn.get_autocommit():
+                conn.execute("ROLLBACK TO vortos_inner")
+                conn.execute("RELEASE vortos_inner")
+            raise
+        conn.execute("RELEASE vortos_inner")
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from engine.backends.sqlite.audit import SqliteAuditLog, append_in
 from engine.backends.sqlite.codec import SCHEDULE_COLUMNS, schedule_from_row
 from engine.backends.sqlite.connection import (
     ConnectionPool,
@@ -19,6 +20,7 @@ from engine.backends.sqlite.connection import (
     storage_errors,
     write_tx,
 )
+from engine.domain.audit import AuditEvent
 from engine.domain.errors import LeaseExpired, LeaseNotOwned, VortosError
 from engine.domain.misfire import due_at
 from engine.domain.schedule import Schedule, canonical_json
@@ -47,9 +49,21 @@ RETRY_BROKEN_MS = 60_000
 _CACHE_SIZE = 50_000
 
 
+def fired(run: DispatchedFire) -> AuditEvent:
+    return AuditEvent(
+        "fire.dispatched",
+        actor=run.node_id,
+        tenant=run.tenant,
+        schedule_id=run.schedule_id,
+        slot_key=run.slot_key,
+        data={"run": run.run_id, "slot_at": run.slot_at, "due_at": run.due_at},
+    )
+
+
 class SqliteDispatcher:
-    def __init__(self, pool: ConnectionPool) -> None:
+    def __init__(self, pool: ConnectionPool, audit: SqliteAuditLog) -> None:
         self._pool = pool
+        self._audit = audit
         self._definitions: OrderedDict[str, tuple[int, Schedule, str]] = OrderedDict()
 
     def dispatch_due(
@@ -132,6 +146,8 @@ class SqliteDispatcher:
                 fires = [f for f in fires if f[0] in landed]
             conn.executemany(_INSERT_FIRES, fires)
             conn.executemany(_ADVANCE, advances)
+            # Each fire's audit entry commits with it: no fire without its record.
+            append_in(conn, [fired(run) for run in runs], now_ms, self._audit.keys())
         report.dispatched = runs
         return report
 

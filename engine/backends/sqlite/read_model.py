@@ -22,6 +22,9 @@ from typing import Any, cast
 import aiosqlite
 import apsw
 
+from engine.backends.sqlite.audit import CHAINS as AUDIT_CHAINS
+from engine.backends.sqlite.audit import COLUMNS as AUDIT_COLUMNS
+from engine.backends.sqlite.audit import entry_from_row as audit_entry_from_row
 from engine.backends.sqlite.codec import (
     RUN_COLUMNS,
     SCHEDULE_COLUMNS,
@@ -30,6 +33,7 @@ from engine.backends.sqlite.codec import (
 )
 from engine.backends.sqlite.connection import APPLICATION_ID, Row, connect, translate
 from engine.backends.sqlite.fire_queue import FIRE_COLUMNS, FIRE_FROM, fire_from_row
+from engine.domain.audit import GENESIS
 from engine.domain.errors import StorageError
 from engine.domain.run import Run, RunState
 from engine.domain.schedule import ScheduleStatus
@@ -38,6 +42,8 @@ from engine.ports.read_model import (
     FIRE_FILTER_WINDOW,
     PAGE_MAX,
     RECENT_OUTCOMES,
+    AuditOverview,
+    ChainStatus,
     FireListQuery,
     LeaderView,
     Overview,
@@ -302,6 +308,47 @@ class SqliteReadModel:
                 db, f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} WHERE f.run_id = ?", (run_id,)
             )
         return RunDetail(run_from_row(found[0]), fire_from_row(fire[0]) if fire else None)
+
+    async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
+        async with self._snapshot() as db:
+            chains = [r[0] for r in await self._all(db, AUDIT_CHAINS)]
+            marks = {
+                r[0]: (r[1], r[2])
+                for r in await self._all(db, "SELECT chain, seq, verified_at FROM audit_verified")
+            }
+            statuses = []
+            for name in chains:
+                head = await self._all(
+                    db,
+                    "SELECT seq, hash, at FROM audit_entries WHERE chain = ? "
+                    "ORDER BY seq DESC LIMIT 1",
+                    (name,),
+                )
+                seq, digest, at = head[0] if head else (0, GENESIS, None)
+                mark = marks.get(name)
+                statuses.append(
+                    ChainStatus(
+                        name,
+                        seq,
+                        digest,
+                        at,
+                        None if mark is None else mark[0],
+                        None if mark is None else mark[1],
+                    )
+                )
+            if chain is None and statuses:
+                chain = max(statuses, key=lambda c: (c.head_at or 0, c.chain)).chain
+            recent = (
+                await self._all(
+                    db,
+                    f"SELECT {AUDIT_COLUMNS} FROM audit_entries WHERE chain = ? "
+                    "ORDER BY seq DESC LIMIT ?",
+                    (chain, max(1, min(limit, PAGE_MAX))),
+                )
+                if chain is not None
+                else []
+            )
+        return AuditOverview(tuple(statuses), chain, tuple(audit_entry_from_row(r) for r in recent))
 
     async def close(self) -> None:
         """Nothing stays open between calls."""

@@ -1,0 +1,1 @@
+"""Governance: the audit chain's keys and verification (policy, four-eyes and roles follow)."""

@@ -1,0 +1,196 @@
+"""`vortos audit ...`: verify, export and read the audit chains; rotate the key."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from engine.domain.audit import ChainPoint, parse_point
+from engine.domain.errors import InvalidInput, VortosError
+from engine.domain.timeutil import iso_utc
+from engine.governance.audit import Verification, export, read_export, verify, verify_export
+from engine.governance.keys import key_source, load_keyring, rotate_key_file
+from vortos_tui.cli.context import open_existing, open_for_read, state
+from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
+
+app = typer.Typer(
+    help="The audit chains: verify, export, tail; rotate the key.", no_args_is_help=True
+)
+
+Chain = Annotated[
+    list[str] | None,
+    typer.Option("--chain", help="Only this chain (repeat): tenant:NAME or system."),
+]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON only (messages go to stderr).")]
+
+
+class ChainBroken(VortosError):
+    exit_code = 1
+
+
+def _expectations(items: list[str] | None) -> dict[str, ChainPoint]:
+    found: dict[str, ChainPoint] = {}
+    for item in items or []:
+        chain, sep, point = item.partition("=")
+        if not sep or not chain:
+            raise InvalidInput(
+                f"--expect-head {item!r}: write CHAIN=SEQ:HASH, as `vortos audit verify` prints"
+            )
+        try:
+            found[chain] = parse_point(point)
+        except ValueError as exc:
+            raise InvalidInput(f"--expect-head: {exc}") from None
+    return found
+
+
+def _report(result: Verification, as_json: bool) -> None:
+    if as_json:
+        emit_json([report.to_json() for report in result.chains])
+    else:
+        table = Table(box=None, pad_edge=False)
+        for column in ("CHAIN", "STATE", "HEAD", "CHECKED", "FROM", "FIRST BAD", "PROBLEM"):
+            table.add_column(column, overflow="fold")
+        for report in result.chains:
+            table.add_row(
+                report.chain,
+                "[green]intact[/]" if report.intact else "[bold red]BROKEN[/]",
+                str(report.head.seq),
+                str(report.checked),
+                str(report.resumed_from),
+                "-" if report.problem is None else str(report.problem.seq),
+                "-" if report.problem is None else report.problem.reason,
+            )
+        stdout.print(table)
+    broken = [r for r in result.chains if not r.intact]
+    if broken:
+        first = broken[0]
+        assert first.problem is not None
+        raise ChainBroken(
+            f"audit chain {first.chain} is broken at entry {first.problem.seq}: "
+            f"{first.problem.reason}"
+            + (f" (and {len(broken) - 1} more chain(s))" if len(broken) > 1 else "")
+        )
+    if not result.chains:
+        say("no audit entries yet")
+    elif not as_json:
+        say("every chain is intact; to catch a truncated tail later, keep these heads:")
+        for report in result.chains:
+            sys.stdout.write(f"--expect-head {report.chain}={report.head.spelled()}\n")
+
+
+@app.command("verify", epilog=EXIT_CODES)
+@handles_errors
+def verify_(
+    ctx: typer.Context,
+    full: Annotated[
+        bool, typer.Option("--full", help="Walk every entry, not only those since the last run.")
+    ] = False,
+    chains: Chain = None,
+    expect_head: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--expect-head",
+            help="CHAIN=SEQ:HASH printed by an earlier verify: that entry must still be there, "
+            "unchanged (catches a truncated tail). Repeat per chain.",
+        ),
+    ] = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option("--file", help="Verify an export (JSON lines) offline, each chain in full."),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Prove the audit chains intact, or name the first broken entry (exit 1). Resumes from the
+    last verification unless --full; needs the audit key."""
+    expect = _expectations(expect_head)
+    cli = state(ctx)
+    if from_file is not None:
+        if not from_file.is_file():
+            raise InvalidInput(f"--file {from_file} does not exist")
+        keys = load_keyring(cli.db, create=False)
+        with from_file.open(encoding="utf-8") as handle:
+            try:
+                result = verify_export(read_export(handle), keys)
+            except ValueError as exc:
+                raise InvalidInput(f"{from_file}: {exc}") from None
+        _report(result, as_json)
+        return
+    with open_existing(ctx) as engine:
+        keys = load_keyring(cli.db, create=False)
+        known = set(engine.storage.audit.chains())
+        for chain in [*(chains or []), *expect]:
+            if chain not in known:
+                raise InvalidInput(
+                    f"no audit chain {chain!r} (chains: {', '.join(sorted(known)) or 'none'})"
+                )
+        result = verify(engine.storage.audit, keys, chains=chains, full=full, expect=expect)
+        _report(result, as_json)
+
+
+@app.command("export", epilog=EXIT_CODES)
+@handles_errors
+def export_(
+    ctx: typer.Context,
+    chains: Chain = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
+    ] = None,
+) -> None:
+    """Every entry as JSON lines, chain by chain, for archiving or `verify --file`."""
+    with open_for_read(ctx) as engine:
+        if output is None:
+            count = export(engine.storage.audit, sys.stdout, chains=chains)
+        else:
+            with output.open("w", encoding="utf-8") as handle:
+                count = export(engine.storage.audit, handle, chains=chains)
+        say(f"exported {count} audit entr{'y' if count == 1 else 'ies'}")
+
+
+@app.command("tail", epilog=EXIT_CODES)
+@handles_errors
+def tail(
+    ctx: typer.Context,
+    chain: Annotated[str | None, typer.Option("--chain", help="tenant:NAME or system.")] = None,
+    count: Annotated[int, typer.Option("-n", "--count", min=1, max=10_000)] = 20,
+    as_json: Json = False,
+) -> None:
+    """The newest entries, newest first."""
+    with open_for_read(ctx) as engine:
+        entries = engine.storage.audit.latest(chain, limit=count)
+    if as_json:
+        emit_json([entry.to_json() for entry in entries])
+        return
+    if not entries:
+        say("no audit entries")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("AT (UTC)", "CHAIN", "SEQ", "EVENT", "ACTOR", "SLOT KEY / DATA"):
+        table.add_column(column)
+    for entry in entries:
+        table.add_row(
+            iso_utc(entry.at),
+            entry.chain,
+            str(entry.seq),
+            entry.event,
+            entry.actor,
+            entry.slot_key or ", ".join(f"{k}={v}" for k, v in sorted(entry.data.items())),
+        )
+    stdout.print(table)
+
+
+@app.command("rotate-key", epilog=EXIT_CODES)
+@handles_errors
+def rotate_key(ctx: typer.Context) -> None:
+    """Add a new signing key to the key file; older keys stay, so old entries still verify."""
+    cli = state(ctx)
+    where, path = key_source(cli.db)
+    if path is None:
+        raise InvalidInput(
+            f"the key comes from {where}: rotate it there (append a new key after a comma)"
+        )
+    key_id = rotate_key_file(path)
+    say(f"new audit signing key {key_id} added to {where}; keep a backup of the file")
