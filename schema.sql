@@ -210,3 +210,16 @@ CREATE TABLE audit_verified (
     key_id      TEXT NOT NULL,
     signature   TEXT NOT NULL
 ) WITHOUT ROWID;
+
+-- Operators and their roles, per tenant ('*': every tenant). The first account to change a
+-- database through the CLI or the console, while this is empty, becomes its admin.
+CREATE TABLE operator_grants (
+    operator   TEXT NOT NULL,
+    role       TEXT NOT NULL
+               CHECK (role = 'viewer' OR role = 'operator' OR role = 'approver'
+                      OR role = 'admin'),
+    tenant     TEXT NOT NULL,
+    granted_by TEXT NOT NULL,
+    granted_at INTEGER NOT NULL,
+    PRIMARY KEY (operator, role, tenant)
+) WITHOUT ROWID;

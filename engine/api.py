@@ -15,7 +15,9 @@ from engine.commands import CommandRegistry, builtin_commands
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
 from engine.governance.keys import load_keyring
+from engine.governance.policy import AccessControl
 from engine.ports.dispatch import DispatchReport
+from engine.ports.policy import Policy
 from engine.ports.read_model import ReadModel
 from engine.runtime.consumer import (
     DEFAULT_CLAIM_TTL_MS,
@@ -39,11 +41,17 @@ def default_node_id() -> str:
 class Engine:
     """A storage backend, a clock, the command allowlist and the service over them."""
 
-    def __init__(self, storage: SqliteBackend, clock: Clock, commands: CommandRegistry) -> None:
+    def __init__(
+        self,
+        storage: SqliteBackend,
+        clock: Clock,
+        commands: CommandRegistry,
+        access: AccessControl | None = None,
+    ) -> None:
         self.storage = storage
         self.clock = clock
         self.commands = commands
-        self.service = ScheduleService(storage, clock, commands)
+        self.service = ScheduleService(storage, clock, commands, access)
 
     def daemon(
         self,
@@ -111,8 +119,13 @@ def open_engine(
     readonly: bool = False,
     busy_timeout_ms: int = BUSY_TIMEOUT_MS,
     audit_key_file: Path | None = None,
+    enforce: bool = False,
+    policy: Policy | None = None,
 ) -> Engine:
     """Open (creating or upgrading if needed) the database at `db`.
+
+    With `enforce` (or a `policy`), every service change is authorised for its actor by the
+    operators' roles (the CLI and the console always enforce); without, the caller is trusted.
 
     `busy_timeout_ms` is how long a write waits for another process's transaction before it
     fails with StorageError.
@@ -135,7 +148,10 @@ def open_engine(
         busy_timeout_ms=busy_timeout_ms,
         audit_keys=None if readonly else audit_keys,
     )
-    return Engine(storage, clock, commands or builtin_commands())
+    # Python code that opens the file is trusted; operators' tools enforce roles (`enforce`),
+    # with the default role-based policy or the one given.
+    access = AccessControl(storage, clock, policy) if enforce or policy is not None else None
+    return Engine(storage, clock, commands or builtin_commands(), access)
 
 
 def open_read_model(db: str | Path = DEFAULT_DB) -> ReadModel:

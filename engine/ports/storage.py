@@ -9,6 +9,7 @@ from engine.ports.audit import AuditLog
 from engine.ports.dispatch import ChangeFeed, DispatchPort
 from engine.ports.fire_queue import FireQueue
 from engine.ports.lease import LeasePort
+from engine.ports.policy import OperatorStore
 from engine.ports.runs import RunLedger
 from engine.ports.schedules import ScheduleStore
 
@@ -38,6 +39,9 @@ class Storage(Protocol):
 
     @property
     def audit(self) -> AuditLog: ...
+
+    @property
+    def operators(self) -> OperatorStore: ...
 
     def atomic(self) -> AbstractContextManager[None]:
         """One write transaction, on the calling thread, around every store call inside it:

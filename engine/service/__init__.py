@@ -2,19 +2,21 @@
 
 The CLI, the console and Python callers all come through here, so validation happens once, at
 the boundary, before anything is stored. Policy, four-eyes and audit join this path with the
-governance issue.
+governance issue; with access control given, every change is authorised first.
 """
 
 from engine.domain.preview import PREVIEW_MAX, PreviewSlot
 from engine.service.core import validate_spec
 from engine.service.manual import BACKFILL_CONFIRM_OVER, BackfillReport, ManualFires
+from engine.service.operators import OperatorAdmin
 from engine.service.queue import DeadLetters
 from engine.service.static import StaticSync, SyncReport
 
 
-class ScheduleService(ManualFires, DeadLetters, StaticSync):
+class ScheduleService(ManualFires, DeadLetters, StaticSync, OperatorAdmin):
     """Schedules (create, pause, resume, delete, preview), manual fires (trigger, backfill),
-    dead letters (list, requeue, purge) and static schedules (sync)."""
+    dead letters (list, requeue, purge), static schedules (sync) and operators (grant,
+    revoke)."""
 
 
 __all__ = [

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
+from engine.domain.access import Operation
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
@@ -38,13 +41,25 @@ from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
 
+if TYPE_CHECKING:
+    from engine.governance.policy import AccessControl
+
 log = logging.getLogger("vortos.service")
 
 
 class ServiceCore:
     """State shared by the parts of ScheduleService."""
 
-    def __init__(self, storage: Storage, clock: Clock, commands: CommandRegistry) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        clock: Clock,
+        commands: CommandRegistry,
+        access: AccessControl | None = None,
+    ) -> None:
+        # None: the caller is trusted (Python code that owns the database file); the CLI,
+        # the console and the control socket always pass access control.
+        self.access = access
         self._storage = storage
         self._clock = clock
         self.commands = commands
@@ -95,11 +110,12 @@ class ServiceCore:
 
     def create(self, spec: ScheduleSpec, *, actor: str) -> Schedule:
         """Validate and store a new schedule, active, its cursor at the first slot from now."""
+        self._authorize(actor, Operation.CREATE, spec.tenant)
         now = self._clock.now_ms()
         first = validate_spec(spec, self.commands, now)
         schedule = new_schedule(spec, first, now, ScheduleOrigin.DYNAMIC)
         try:
-            with self._storage.atomic():
+            with self._changing(actor, Operation.CREATE, spec.tenant):
                 self._storage.schedules.insert(schedule)
                 self._record("schedule.created", actor, schedule, definition=definition(schedule))
         except DuplicateName:
@@ -130,6 +146,7 @@ class ServiceCore:
         expected_version: int | None = None,
     ) -> Schedule:
         """Stop dispatching. Pausing a paused schedule again only replaces its note, if given."""
+        self._authorize(actor, Operation.PAUSE, tenant)
         if note is not None and len(note) > NOTE_MAX:
             raise InvalidInput(f"the note is {len(note)} characters: at most {NOTE_MAX}")
         schedule = self._current(name, tenant, expected_version)
@@ -137,7 +154,7 @@ class ServiceCore:
             note is None or note == schedule.pause_note
         ):
             return schedule
-        with self._storage.atomic():
+        with self._changing(actor, Operation.PAUSE, tenant):
             changed = self._storage.schedules.update(
                 replace(
                     schedule,
@@ -163,6 +180,7 @@ class ServiceCore:
         """Dispatch again from the next slot after now: slots missed while paused do not fire,
         unless `catch_up`, which hands them to the schedule's misfire policy (within its
         maximum catch-up age)."""
+        self._authorize(actor, Operation.RESUME, tenant)
         schedule = self._current(name, tenant, expected_version)
         if schedule.status is ScheduleStatus.ACTIVE:
             return schedule
@@ -177,7 +195,7 @@ class ServiceCore:
         else:
             first = schedule.trigger.slot_after(now - 1, schedule.timezone)
             next_slot = None if first is None else first.at_ms
-        with self._storage.atomic():
+        with self._changing(actor, Operation.RESUME, tenant):
             changed = self._storage.schedules.update(
                 replace(
                     schedule,
@@ -206,15 +224,35 @@ class ServiceCore:
         expected_version: int | None = None,
     ) -> Schedule:
         """Remove the schedule; its runs stay in the ledger. Static schedules are refused."""
+        self._authorize(actor, Operation.DELETE, tenant)
         schedule = self._current(name, tenant, expected_version)
         _refuse_static(schedule, "deleted")
-        with self._storage.atomic():
+        with self._changing(actor, Operation.DELETE, tenant):
             self._storage.schedules.delete(schedule.id, tenant, schedule.version)
             self._record("schedule.deleted", actor, schedule)
         log.info("schedule %s/%s deleted by %s", tenant, name, actor)
         return schedule
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _authorize(self, actor: str, operation: Operation, tenant: str | None) -> None:
+        if self.access is not None:
+            self.access.authorize(actor, operation, tenant)
+
+    @contextmanager
+    def _changing(self, actor: str, operation: Operation, tenant: str | None) -> Iterator[None]:
+        """One transaction for a change, its audit entry and its authorisation (decided again
+        on what the transaction sees: grants may have changed since the first look)."""
+        with self._storage.atomic():
+            self._authorize(actor, operation, tenant)
+            yield
+
+    def _append(self, actor: str, events: list[AuditEvent]) -> None:
+        """Record a change (inside its transaction); the first change of a database without
+        operators makes its actor the first admin, in the same transaction."""
+        if self.access is not None:
+            self.access.claim_first_admin(actor)
+        self._storage.audit.append(events)
 
     def _record(
         self,
@@ -226,7 +264,8 @@ class ServiceCore:
         **data: Any,
     ) -> None:
         """The audit entry of a change, inside the change's transaction."""
-        self._storage.audit.append(
+        self._append(
+            actor,
             [
                 AuditEvent(
                     event,
@@ -236,7 +275,7 @@ class ServiceCore:
                     slot_key=slot_key,
                     data={"name": schedule.name, "version": schedule.version, **data},
                 )
-            ]
+            ],
         )
 
     def _current(self, name: str, tenant: str, expected_version: int | None) -> Schedule:

@@ -6,6 +6,7 @@ import logging
 import secrets
 from dataclasses import dataclass
 
+from engine.domain.access import Operation
 from engine.domain.audit import AuditEvent
 from engine.domain.errors import InvalidInput
 from engine.domain.misfire import due_at
@@ -47,11 +48,12 @@ class ManualFires(ServiceCore):
         scheduled slot still fires; a paused schedule can be triggered too. With
         `expected_version`, a schedule changed since the caller read it is refused
         (StaleVersion)."""
+        self._authorize(actor, Operation.TRIGGER, tenant)
         schedule = self._current(name, tenant, expected_version)
         self._check_payload(schedule)
         now = self._clock.now_ms()
         key = manual_slot_key(schedule.id, now, secrets.token_hex(4))
-        with self._storage.atomic():
+        with self._changing(actor, Operation.TRIGGER, tenant):
             self._storage.fire_queue.enqueue(
                 [self._new_fire(schedule, key, now, now, RunKind.MANUAL, actor)], available_at=now
             )
@@ -74,6 +76,7 @@ class ManualFires(ServiceCore):
         """Dispatch every slot of the trigger in [start, end) that was never dispatched, as
         backfill runs under the schedule's overlap policy. Slot keys are the trigger's own, so
         a slot fires once however often the range is backfilled."""
+        self._authorize(actor, Operation.BACKFILL, tenant)
         if end_ms <= start_ms:
             shape = "empty" if end_ms == start_ms else "reversed"
             raise InvalidInput(
@@ -114,11 +117,12 @@ class ManualFires(ServiceCore):
         dispatched = already = 0
         for start in range(0, len(fires), _ENQUEUE_CHUNK):
             chunk = fires[start : start + _ENQUEUE_CHUNK]
-            with self._storage.atomic():
+            with self._changing(actor, Operation.BACKFILL, tenant):
                 report = self._storage.fire_queue.enqueue(chunk, available_at=now)
                 taken = set(report.already)
                 new = [fire for fire in chunk if fire.slot_key not in taken]
-                self._storage.audit.append(
+                self._append(
+                    actor,
                     [
                         AuditEvent(
                             "fire.backfilled",
@@ -129,7 +133,7 @@ class ManualFires(ServiceCore):
                             data={"run": run_id, "slot_at": fire.slot_at},
                         )
                         for fire, run_id in zip(new, report.inserted, strict=True)
-                    ]
+                    ],
                 )
             dispatched += len(report.inserted)
             already += len(report.already)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from engine.domain.access import Operation
 from engine.domain.audit import AuditEvent
 from engine.domain.errors import InvalidInput, NotFound
 from engine.ports.fire_queue import Fire, FireQuery, FireState
@@ -29,8 +30,9 @@ class DeadLetters(ServiceCore):
     ) -> int:
         """Make these dead letters (None: all of `tenant`'s, or all) available again now; their
         runs go back to `dispatched`, their counters stay."""
+        self._authorize(actor, Operation.REQUEUE, tenant)
         self._check_dead(run_ids, tenant)
-        with self._storage.atomic():
+        with self._changing(actor, Operation.REQUEUE, tenant):
             count = self._storage.fire_queue.requeue(
                 run_ids, at=self._clock.now_ms(), tenant=tenant
             )
@@ -40,8 +42,9 @@ class DeadLetters(ServiceCore):
 
     def purge(self, run_ids: Sequence[int] | None, *, actor: str, tenant: str | None = None) -> int:
         """Delete these dead letters (None: all of `tenant`'s, or all); runs stay."""
+        self._authorize(actor, Operation.REQUEUE, tenant)
         self._check_dead(run_ids, tenant)
-        with self._storage.atomic():
+        with self._changing(actor, Operation.REQUEUE, tenant):
             count = self._storage.fire_queue.purge(run_ids, tenant=tenant)
             self._record_queue("queue.purged", actor, run_ids, tenant, count)
         log.info("%d dead letter(s) purged by %s", count, actor)
@@ -57,7 +60,8 @@ class DeadLetters(ServiceCore):
     ) -> None:
         if count == 0:
             return  # nothing changed: nothing to record
-        self._storage.audit.append(
+        self._append(
+            actor,
             [
                 AuditEvent(
                     event,
@@ -65,7 +69,7 @@ class DeadLetters(ServiceCore):
                     tenant=tenant,
                     data={"runs": None if run_ids is None else list(run_ids), "count": count},
                 )
-            ]
+            ],
         )
 
     def _check_dead(self, run_ids: Sequence[int] | None, tenant: str | None) -> None:

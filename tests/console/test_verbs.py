@@ -21,6 +21,7 @@ from textual.widgets import Button, Input
 from engine import (
     AuditOverview,
     FireListQuery,
+    ManualClock,
     Overview,
     Page,
     ReadModel,
@@ -32,9 +33,11 @@ from engine import (
     ScheduleRow,
     open_engine,
 )
+from engine.domain.access import Grant, Role
 from engine.ports.runs import RunQuery
 from tests.console.conftest import ConsoleFactory
-from tests.console.seed import OPERATOR
+from tests.console.seed import NOW, OPERATOR
+from vortos_tui.console.actions import ConsoleActions
 from vortos_tui.console.app import VortosConsole
 from vortos_tui.console.dialogs import ConfirmVerb, HelpScreen, JumpTo
 from vortos_tui.console.views.fires import FiresView
@@ -593,3 +596,30 @@ async def test_a_damaged_database_file_degrades_and_recovers_when_restored(
         await pilot.pause()
         assert "degraded" not in status_line(app)
         assert row_names(app) == ROWS
+
+
+async def test_a_verb_the_operator_may_not_use_is_refused_with_the_missing_role(
+    console_for: ConsoleFactory, seeded_db: Path
+) -> None:
+    with open_engine(seeded_db, create=False) as engine:
+        engine.storage.operators.grant(Grant("root-admin", Role.ADMIN), by="test", at=NOW)
+        engine.storage.operators.grant(Grant(OPERATOR, Role.VIEWER, "ops"), by="test", at=NOW)
+    before = stored(seeded_db, "heartbeat")
+    app = console_for()
+    app.ctx.actions = ConsoleActions(
+        lambda: open_engine(seeded_db, clock=ManualClock(NOW), create=False, enforce=True),
+        OPERATOR,
+    )
+    async with app.run_test() as pilot:
+        await app.settle()
+        await pilot.press("p")
+        await pilot.pause()
+        done = app.verbs_done
+        await pilot.click("#confirm")
+        await verb_done(app, done)
+        assert app.last_message is not None
+        severity, message = app.last_message
+    assert severity == "error"
+    assert f"{OPERATOR} may not pause in tenant ops" in message
+    assert stored(seeded_db, "heartbeat") == before
+    app.ctx.actions.close()

@@ -48,14 +48,15 @@ def state(ctx: typer.Context) -> CliState:
 
 
 def open_for_write(ctx: typer.Context) -> Engine:
+    """Every change is authorised by the operator's roles (the OS account running the CLI)."""
     cli = state(ctx)
-    return open_engine(cli.db, create=True, commands=cli.commands())
+    return open_engine(cli.db, create=True, commands=cli.commands(), enforce=True)
 
 
 def open_existing(ctx: typer.Context) -> Engine:
     """For changes to what is stored: a missing database is an error, not created."""
     cli = state(ctx)
-    return open_engine(cli.db, create=False, commands=cli.commands())
+    return open_engine(cli.db, create=False, commands=cli.commands(), enforce=True)
 
 
 def open_for_read(ctx: typer.Context) -> Engine:

@@ -279,7 +279,7 @@ def run_console(
         # Refuse a missing or foreign file now, with the CLI's message, not as a banner.
         open_engine(cli.db, create=False, readonly=True, commands=commands).close()
     else:
-        engine = open_engine(cli.db, create=True, commands=commands)
+        engine = open_engine(cli.db, create=True, commands=commands, enforce=True)
         engine.storage.audit.keys()  # no audit key, no dispatching: refuse now, not at a fire
         if cli.app is not None:
             engine.service.sync_static(cli.loaded_app().static, actor=who)
@@ -291,7 +291,7 @@ def run_console(
         actions = ConsoleActions(
             (lambda: shared)
             if shared is not None
-            else (lambda: open_engine(cli.db, create=False, commands=commands)),
+            else (lambda: open_engine(cli.db, create=False, commands=commands, enforce=True)),
             who,
             owns_engine=shared is None,
         )

@@ -25,6 +25,7 @@ from engine.backends.sqlite.connection import (
 from engine.backends.sqlite.dispatch import SqliteDispatcher
 from engine.backends.sqlite.fire_queue import SqliteFireQueue
 from engine.backends.sqlite.lease import SqliteLease
+from engine.backends.sqlite.operators import SqliteOperatorStore
 from engine.backends.sqlite.runs import SqliteRunLedger
 from engine.backends.sqlite.schedules import SqliteScheduleStore
 from engine.domain.clock import Clock
@@ -59,6 +60,7 @@ class SqliteBackend:
         self.changes = SqliteChangeFeed(self.pool)
         self.audit = SqliteAuditLog(self.pool, clock, audit_keys)
         self.dispatcher = SqliteDispatcher(self.pool, self.audit)
+        self.operators = SqliteOperatorStore(self.pool)
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

@@ -20,7 +20,7 @@ import apsw
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -114,6 +114,19 @@ CREATE TABLE audit_verified (
     verified_at INTEGER NOT NULL,
     key_id      TEXT NOT NULL,
     signature   TEXT NOT NULL
+) WITHOUT ROWID;
+""",
+    # Governance: operators and their roles.
+    5: """
+CREATE TABLE operator_grants (
+    operator   TEXT NOT NULL,
+    role       TEXT NOT NULL
+               CHECK (role = 'viewer' OR role = 'operator' OR role = 'approver'
+                      OR role = 'admin'),
+    tenant     TEXT NOT NULL,
+    granted_by TEXT NOT NULL,
+    granted_at INTEGER NOT NULL,
+    PRIMARY KEY (operator, role, tenant)
 ) WITHOUT ROWID;
 """,
 }
