@@ -21,6 +21,7 @@ BENCHMARKS = [
     "consume",
     "e2e_latency",
     "console",
+    "audit",
 ]
 
 
