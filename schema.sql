@@ -223,3 +223,26 @@ CREATE TABLE operator_grants (
     granted_at INTEGER NOT NULL,
     PRIMARY KEY (operator, role, tenant)
 ) WITHOUT ROWID;
+
+-- Four-eyes: a sensitive change waits for a second operator. `digest` pins exactly the change
+-- approved; executing it moves the request to 'consumed'. Expiry is judged on read
+-- (expires_at), so nothing needs to sweep.
+CREATE TABLE approvals (
+    id           TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    schedule     TEXT NOT NULL,
+    operation    TEXT NOT NULL,
+    digest       TEXT NOT NULL,
+    change       TEXT NOT NULL,
+    requested_by TEXT NOT NULL,
+    requested_at INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    state        TEXT NOT NULL
+                 CHECK (state = 'pending' OR state = 'approved' OR state = 'rejected'
+                        OR state = 'consumed'),
+    decided_by   TEXT,
+    decided_at   INTEGER,
+    reason       TEXT,
+    consumed_at  INTEGER
+) WITHOUT ROWID;
+CREATE INDEX approvals_by_digest ON approvals (tenant, digest, state);

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from engine.ports.approvals import ApprovalStore
 from engine.ports.audit import AuditLog
 from engine.ports.dispatch import ChangeFeed, DispatchPort
 from engine.ports.fire_queue import FireQueue
@@ -42,6 +43,9 @@ class Storage(Protocol):
 
     @property
     def operators(self) -> OperatorStore: ...
+
+    @property
+    def approvals(self) -> ApprovalStore: ...
 
     def atomic(self) -> AbstractContextManager[None]:
         """One write transaction, on the calling thread, around every store call inside it:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
 from engine.domain.access import Operation
+from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, GatedOperation
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
@@ -40,6 +41,7 @@ from engine.domain.triggers import CronTrigger, OneShotTrigger, Trigger
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
+from engine.service.four_eyes import FourEyesGate
 
 if TYPE_CHECKING:
     from engine.governance.policy import AccessControl
@@ -61,6 +63,8 @@ class ServiceCore:
         # the console and the control socket always pass access control.
         self.access = access
         self._storage = storage
+        # Four-eyes guards operators' tools (with access control); trusted code is not gated.
+        self.four_eyes = FourEyesGate(storage, clock, self._append, DEFAULT_APPROVAL_TTL_MS)
         self._clock = clock
         self.commands = commands
 
@@ -114,8 +118,21 @@ class ServiceCore:
         now = self._clock.now_ms()
         first = validate_spec(spec, self.commands, now)
         schedule = new_schedule(spec, first, now, ScheduleOrigin.DYNAMIC)
+        approval = (
+            self.four_eyes.check(
+                actor,
+                GatedOperation.CREATE,
+                spec.tenant,
+                spec.name,
+                {"definition": definition(schedule)},
+            )
+            if spec.sensitive and self.access is not None
+            else None
+        )
         try:
             with self._changing(actor, Operation.CREATE, spec.tenant):
+                if approval is not None:
+                    self.four_eyes.consume(actor, approval)
                 self._storage.schedules.insert(schedule)
                 self._record("schedule.created", actor, schedule, definition=definition(schedule))
         except DuplicateName:
@@ -195,7 +212,20 @@ class ServiceCore:
         else:
             first = schedule.trigger.slot_after(now - 1, schedule.timezone)
             next_slot = None if first is None else first.at_ms
+        approval = (
+            self.four_eyes.check(
+                actor,
+                GatedOperation.RESUME,
+                tenant,
+                name,
+                {"schedule_id": schedule.id, "version": schedule.version, "catch_up": catch_up},
+            )
+            if schedule.sensitive and self.access is not None
+            else None
+        )
         with self._changing(actor, Operation.RESUME, tenant):
+            if approval is not None:
+                self.four_eyes.consume(actor, approval)
             changed = self._storage.schedules.update(
                 replace(
                     schedule,

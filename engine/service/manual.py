@@ -7,6 +7,7 @@ import secrets
 from dataclasses import dataclass
 
 from engine.domain.access import Operation
+from engine.domain.approvals import GatedOperation
 from engine.domain.audit import AuditEvent
 from engine.domain.errors import InvalidInput
 from engine.domain.misfire import due_at
@@ -51,9 +52,22 @@ class ManualFires(ServiceCore):
         self._authorize(actor, Operation.TRIGGER, tenant)
         schedule = self._current(name, tenant, expected_version)
         self._check_payload(schedule)
+        approval = (
+            self.four_eyes.check(
+                actor,
+                GatedOperation.TRIGGER,
+                tenant,
+                name,
+                {"schedule_id": schedule.id, "version": schedule.version},
+            )
+            if schedule.sensitive and self.access is not None
+            else None
+        )
         now = self._clock.now_ms()
         key = manual_slot_key(schedule.id, now, secrets.token_hex(4))
         with self._changing(actor, Operation.TRIGGER, tenant):
+            if approval is not None:
+                self.four_eyes.consume(actor, approval)
             self._storage.fire_queue.enqueue(
                 [self._new_fire(schedule, key, now, now, RunKind.MANUAL, actor)], available_at=now
             )
@@ -114,10 +128,28 @@ class ManualFires(ServiceCore):
             )
             for at in slots
         ]
+        approval = (
+            self.four_eyes.check(
+                actor,
+                GatedOperation.BACKFILL,
+                tenant,
+                name,
+                {
+                    "schedule_id": schedule.id,
+                    "version": schedule.version,
+                    "from": start_ms,
+                    "to": end_ms,
+                },
+            )
+            if schedule.sensitive and self.access is not None
+            else None
+        )
         dispatched = already = 0
         for start in range(0, len(fires), _ENQUEUE_CHUNK):
             chunk = fires[start : start + _ENQUEUE_CHUNK]
             with self._changing(actor, Operation.BACKFILL, tenant):
+                if approval is not None and start == 0:
+                    self.four_eyes.consume(actor, approval)  # one approval, the whole range
                 report = self._storage.fire_queue.enqueue(chunk, available_at=now)
                 taken = set(report.already)
                 new = [fire for fire in chunk if fire.slot_key not in taken]

@@ -13,9 +13,8 @@ import pytest
 import pytest_textual_snapshot
 from syrupy.location import PyTestLocation
 
-from engine import ManualClock, builtin_commands, open_engine, open_read_model
-from tests.console.seed import NOW, OPERATOR, ZONE, build, copy_seeded
-from vortos_tui.cli.demo import demo_commands
+from engine import ManualClock, open_engine, open_read_model
+from tests.console.seed import NOW, OPERATOR, ZONE, build, commands, copy_seeded
 from vortos_tui.console.actions import ConsoleActions
 from vortos_tui.console.app import VortosConsole
 from vortos_tui.console.context import ConsoleContext
@@ -84,9 +83,7 @@ def console_for(seeded_db: Path) -> Iterator[ConsoleFactory]:
         actions = None
         if not read_only:
             actions = ConsoleActions(
-                lambda: open_engine(
-                    db, clock=clock, create=False, commands=demo_commands(builtin_commands())
-                ),
+                lambda: open_engine(db, clock=clock, create=False, commands=commands()),
                 OPERATOR,
             )
             made.append(actions)

@@ -11,7 +11,10 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from engine import (
+    CommandFailed,
+    CommandRegistry,
     CronTrigger,
+    FireContext,
     FireQueueConsumer,
     IntervalTrigger,
     ManualClock,
@@ -65,9 +68,10 @@ def specs(start: int) -> list[tuple[str, ScheduleSpec]]:
             ScheduleSpec(
                 "invoice-export",
                 IntervalTrigger(4 * MINUTE_MS, start),
-                "demo.broken",
+                "billing.export",
                 tenant="billing",
                 sensitive=True,
+                retry=RetryPolicy(max_attempts=1),
             ),
         ),
         (
@@ -90,6 +94,25 @@ def specs(start: int) -> list[tuple[str, ScheduleSpec]]:
     ]
 
 
+def _export(context: FireContext) -> str:
+    """Every other export fails the way a program does: an exit code and what it printed (no
+    traceback, whose paths and line numbers would differ between checkouts)."""
+    if context.run_id % 2 == 0:
+        raise CommandFailed(
+            "exporter exited with 2",
+            output="reading template invoices.tmpl\nerror: template invoices.tmpl not found",
+            exit_code=2,
+        )
+    return "exported 12 invoices"
+
+
+def commands() -> CommandRegistry:
+    """The commands the seeded schedules use."""
+    registry = demo_commands(builtin_commands())
+    registry.register("billing.export", _export)
+    return registry
+
+
 def _settle(consumer: FireQueueConsumer) -> None:
     deadline = time.monotonic() + 10
     while True:
@@ -107,7 +130,7 @@ def build(path: Path) -> None:
     """Write the seeded database at `path`."""
     start = NOW - HISTORY_MS
     clock = ManualClock(start)
-    with open_engine(path, clock=clock, commands=demo_commands(builtin_commands())) as engine:
+    with open_engine(path, clock=clock, commands=commands()) as engine:
         for sid, spec in specs(start):
             first = validate_spec(spec, engine.commands, start)
             schedule = new_schedule(spec, first, start, ScheduleOrigin.DYNAMIC)

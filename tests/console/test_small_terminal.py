@@ -59,7 +59,7 @@ async def test_live_fires_at_80x24_show_slot_schedule_and_state_whole(
     header = next(line for line in lines if "SLOT" in line)
     for column in ("SLOT", "SCHEDULE", "STATE", "LATE", "TRY", "TOOK"):
         assert column in header, header
-    failed = [line for line in lines if "invoice-export" in line and "failed" in line]
+    failed = [line for line in lines if "invoice-export" in line and "dead lettered" in line]
     assert failed, lines
     assert any("rebuild-search-index" in line and "completed" in line for line in lines), lines
 
@@ -79,5 +79,5 @@ async def test_run_detail_at_80x24_shows_the_run_its_state_and_its_error_first(
     app.ctx.start_view = "fires"
     async with app.run_test(size=(80, 24)) as pilot:
         lines = await ready(pilot, *["down"] * 5, "enter")
-    assert lines[3].startswith("run 52 invoice-export  failed"), lines
-    assert any("the report template is missing" in line for line in lines[4:10]), lines
+    assert lines[3].startswith("run 52 invoice-export  dead lettered"), lines
+    assert any("exporter exited with 2" in line for line in lines[4:8]), lines

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from engine.api import DEFAULT_DB
-from vortos_tui.cli import audit, db, operators, queue, runs, schedule
+from vortos_tui.cli import approvals, audit, db, operators, queue, runs, schedule
 from vortos_tui.cli.consume import consume
 from vortos_tui.cli.context import CliState
 from vortos_tui.cli.output import EXIT_CODES, handles_errors
@@ -63,3 +63,4 @@ app.add_typer(queue.app, name="queue", epilog=EXIT_CODES)
 app.add_typer(db.app, name="db", epilog=EXIT_CODES)
 app.add_typer(audit.app, name="audit", epilog=EXIT_CODES)
 app.add_typer(operators.app, name="operators", epilog=EXIT_CODES)
+app.add_typer(approvals.app, name="approvals", epilog=EXIT_CODES)

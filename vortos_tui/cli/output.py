@@ -18,7 +18,7 @@ from engine.domain.errors import VortosError
 
 EXIT_CODES = """\
 Exit codes: 0 ok · 1 error (storage, unexpected) · 2 usage or invalid input ·
-3 not found · 4 not permitted · 5 conflict or stale.
+3 not found · 4 not permitted · 5 conflict or stale · 6 waiting for approval.
 """
 
 P = ParamSpec("P")

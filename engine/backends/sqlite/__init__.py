@@ -11,6 +11,7 @@ from typing import Any
 
 import apsw
 
+from engine.backends.sqlite.approvals import SqliteApprovalStore
 from engine.backends.sqlite.audit import KeySource, SqliteAuditLog
 from engine.backends.sqlite.changes import SqliteChangeFeed
 from engine.backends.sqlite.connection import (
@@ -61,6 +62,7 @@ class SqliteBackend:
         self.audit = SqliteAuditLog(self.pool, clock, audit_keys)
         self.dispatcher = SqliteDispatcher(self.pool, self.audit)
         self.operators = SqliteOperatorStore(self.pool)
+        self.approvals = SqliteApprovalStore(self.pool)
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

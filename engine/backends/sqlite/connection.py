@@ -20,7 +20,7 @@ import apsw
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -128,6 +128,28 @@ CREATE TABLE operator_grants (
     granted_at INTEGER NOT NULL,
     PRIMARY KEY (operator, role, tenant)
 ) WITHOUT ROWID;
+""",
+    # Governance: four-eyes approval requests.
+    6: """
+CREATE TABLE approvals (
+    id           TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    schedule     TEXT NOT NULL,
+    operation    TEXT NOT NULL,
+    digest       TEXT NOT NULL,
+    change       TEXT NOT NULL,
+    requested_by TEXT NOT NULL,
+    requested_at INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    state        TEXT NOT NULL
+                 CHECK (state = 'pending' OR state = 'approved' OR state = 'rejected'
+                        OR state = 'consumed'),
+    decided_by   TEXT,
+    decided_at   INTEGER,
+    reason       TEXT,
+    consumed_at  INTEGER
+) WITHOUT ROWID;
+CREATE INDEX approvals_by_digest ON approvals (tenant, digest, state);
 """,
 }
 

@@ -1,0 +1,91 @@
+"""Four-eyes: a sensitive change waits for a second operator's approval (pure).
+
+An approval authorises exactly one execution of exactly the approved change: the request
+carries a digest of the change (the operation, the schedule at its version, the parameters),
+and executing the change consumes it. It expires after a TTL whether or not anyone sweeps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from engine.domain.audit import canonical
+from engine.domain.errors import InvalidInput, VortosError
+
+DEFAULT_APPROVAL_TTL_MS = 24 * 3600 * 1000
+REASON_MIN = 10
+REASON_MAX = 1000
+
+
+class ApprovalState(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"  # derived: pending or approved past its expiry, never stored
+    CONSUMED = "consumed"
+
+
+class GatedOperation(StrEnum):
+    """The changes of a sensitive schedule that need a second operator."""
+
+    CREATE = "create"
+    UPDATE = "update"
+    RESUME = "resume"  # activating it
+    TRIGGER = "trigger"
+    BACKFILL = "backfill"
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    id: str
+    tenant: str
+    schedule: str  # the schedule's name
+    operation: GatedOperation
+    digest: str
+    change: Mapping[str, Any]  # what was asked, as shown to the approver
+    requested_by: str
+    requested_at: int
+    expires_at: int
+    stored_state: ApprovalState
+    decided_by: str | None = None
+    decided_at: int | None = None
+    reason: str | None = None
+    consumed_at: int | None = None
+
+    def state_at(self, now_ms: int) -> ApprovalState:
+        if self.stored_state in (ApprovalState.PENDING, ApprovalState.APPROVED) and (
+            now_ms >= self.expires_at
+        ):
+            return ApprovalState.EXPIRED
+        return self.stored_state
+
+
+def change_digest(operation: GatedOperation, tenant: str, change: Mapping[str, Any]) -> str:
+    body = canonical({"operation": operation.value, "tenant": tenant, "change": dict(change)})
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def validate_reason(reason: str) -> str:
+    text = reason.strip()
+    if len(text) < REASON_MIN:
+        raise InvalidInput(
+            f"a rejection needs a reason of at least {REASON_MIN} characters, so the requester "
+            "knows what to change"
+        )
+    if len(text) > REASON_MAX:
+        raise InvalidInput(f"the reason is {len(text)} characters: at most {REASON_MAX}")
+    return text
+
+
+class ApprovalRequired(VortosError):
+    """The change waits for a second operator; the message names the request and what to do."""
+
+    exit_code = 6
+
+    def __init__(self, message: str, approval: Approval) -> None:
+        super().__init__(message)
+        self.approval = approval

@@ -1,0 +1,124 @@
+"""The four-eyes gate a sensitive change goes through."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from engine.domain.approvals import (
+    Approval,
+    ApprovalRequired,
+    ApprovalState,
+    GatedOperation,
+    change_digest,
+)
+from engine.domain.audit import AuditEvent
+from engine.domain.clock import Clock
+from engine.domain.errors import Conflict
+from engine.domain.timeutil import iso_utc
+from engine.ports.storage import Storage
+
+log = logging.getLogger("vortos.service")
+
+Append = Callable[[str, list[AuditEvent]], None]
+
+
+class FourEyesGate:
+    """What a sensitive change goes through: an approved request for exactly this change is
+    consumed by it; otherwise a pending request is stored (or found: asking twice is one
+    request) and the change is refused until someone else approves."""
+
+    def __init__(self, storage: Storage, clock: Clock, append: Append, ttl_ms: int) -> None:
+        self._storage = storage
+        self._clock = clock
+        self._append = append
+        self.ttl_ms = ttl_ms
+
+    def check(
+        self,
+        actor: str,
+        operation: GatedOperation,
+        tenant: str,
+        schedule: str,
+        change: Mapping[str, Any],
+    ) -> Approval:
+        """The approved request to consume; raises ApprovalRequired (after storing the
+        request in its own transaction, so it outlives the refusal) when there is none."""
+        described = {"schedule": schedule, **change}
+        digest = change_digest(operation, tenant, described)
+        now = self._clock.now_ms()
+        approvals = self._storage.approvals
+        approved = approvals.find(
+            tenant=tenant, digest=digest, state=ApprovalState.APPROVED, now_ms=now
+        )
+        if approved is not None:
+            return approved
+        with self._storage.atomic():
+            pending = approvals.find(
+                tenant=tenant, digest=digest, state=ApprovalState.PENDING, now_ms=now
+            )
+            if pending is None:
+                pending = Approval(
+                    id=uuid.uuid4().hex[:12],
+                    tenant=tenant,
+                    schedule=schedule,
+                    operation=operation,
+                    digest=digest,
+                    change=described,
+                    requested_by=actor,
+                    requested_at=now,
+                    expires_at=now + self.ttl_ms,
+                    stored_state=ApprovalState.PENDING,
+                )
+                approvals.add(pending)
+                self._append(
+                    actor,
+                    [
+                        AuditEvent(
+                            "approval.requested",
+                            actor=actor,
+                            tenant=tenant,
+                            data={
+                                "approval": pending.id,
+                                "operation": operation.value,
+                                "schedule": schedule,
+                                "digest": digest,
+                            },
+                        )
+                    ],
+                )
+                log.info("%s asked for approval %s: %s %s", actor, pending.id, operation, schedule)
+        raise ApprovalRequired(
+            f"{operation.value} of sensitive schedule {tenant}/{schedule} needs a second "
+            f"operator's approval: request {pending.id} is pending until "
+            f"{iso_utc(pending.expires_at)}. An approver other than {pending.requested_by} runs "
+            f"`vortos approvals approve {pending.id}`; then run this again",
+            pending,
+        )
+
+    def consume(self, actor: str, approval: Approval) -> None:
+        """Inside the change's transaction: use the approval up, once."""
+        used = self._storage.approvals.transition(
+            approval.id,
+            expect=ApprovalState.APPROVED,
+            to=ApprovalState.CONSUMED,
+            by=actor,
+            at=self._clock.now_ms(),
+        )
+        if not used:
+            raise Conflict(
+                f"approval {approval.id} was used by another change meanwhile: ask again"
+            )
+        self._append(
+            actor,
+            [
+                AuditEvent(
+                    "approval.consumed",
+                    actor=actor,
+                    tenant=approval.tenant,
+                    data={"approval": approval.id, "operation": approval.operation.value},
+                )
+            ],
+        )
