@@ -55,6 +55,7 @@ from bench._common import (
     verdict,
 )
 from engine import (
+    Approval,
     AuditOverview,
     CronTrigger,
     FireListQuery,
@@ -329,6 +330,10 @@ class TimedModel:
 
     async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
         result: AuditOverview = await self._timed(lambda: self.inner.audit(chain, limit=limit))
+        return result
+
+    async def approvals(self, *, limit: int = 100) -> list[Approval]:
+        result: list[Approval] = await self._timed(lambda: self.inner.approvals(limit=limit))
         return result
 
     async def close(self) -> None:

@@ -17,6 +17,7 @@ from engine.commands import (
     schedulable,
     scheduled,
 )
+from engine.domain.approvals import Approval, ApprovalRequired, ApprovalState
 from engine.domain.clock import Clock, ManualClock, SystemClock
 from engine.domain.errors import (
     Conflict,
@@ -76,6 +77,9 @@ __all__ = [
     "LEADER_LEASE",
     "PREVIEW_MAX",
     "App",
+    "Approval",
+    "ApprovalRequired",
+    "ApprovalState",
     "AuditOverview",
     "BackfillReport",
     "ChainStatus",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from engine.domain.approvals import Approval
 from engine.domain.audit import AuditEntry
 from engine.domain.run import Run, RunState
 from engine.domain.schedule import Schedule, ScheduleStatus
@@ -160,6 +161,10 @@ class ReadModel(Protocol):
     async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
         """Every chain's head and last verification; the newest entries of `chain` (default:
         the chain written last)."""
+        ...
+
+    async def approvals(self, *, limit: int = 100) -> list[Approval]:
+        """Four-eyes requests, pending first, newest first within."""
         ...
 
     async def close(self) -> None: ...

@@ -35,6 +35,8 @@ class FourEyesGate:
         self._clock = clock
         self._append = append
         self.ttl_ms = ttl_ms
+        # Request ids: short random hex (replaceable, e.g. for reproducible screenshots).
+        self.new_id: Callable[[], str] = lambda: uuid.uuid4().hex[:12]
 
     def check(
         self,
@@ -61,7 +63,7 @@ class FourEyesGate:
             )
             if pending is None:
                 pending = Approval(
-                    id=uuid.uuid4().hex[:12],
+                    id=self.new_id(),
                     tenant=tenant,
                     schedule=schedule,
                     operation=operation,

@@ -11,8 +11,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from engine import open_engine
+from engine.domain.access import Role
 from tests.cli.support import assert_clean_error, cli_json, copy_database, db_state
 from tests.conftest import run_cli
+from vortos_tui.cli.context import operator
 
 FAR_FUTURE = "2099-01-01T00:00:00Z"
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -47,7 +49,26 @@ def shared_seeded_db(tmp_path_factory: pytest.TempPathFactory, seed_template: Pa
 # -- schedule add / show --------------------------------------------------------------------------
 
 
+def approved_by_someone_else(db: Path, waiting: str) -> None:
+    """A sensitive change waits (exit 6) for another operator: approve it as one."""
+    request = waiting.split("request ", 1)[1].split(" ", 1)[0]
+    with open_engine(db, create=False, enforce=True) as engine:
+        engine.service.grant_role("bea", Role.APPROVER, actor=operator())
+        engine.service.approve(request, actor="bea")
+
+
 def test_add_cron_then_show_json_has_every_field(db_path: Path) -> None:
+    options = (
+        *("--cron", "30 2 * * *", "--tz", "Europe/Berlin"),
+        *("--dst-repeated", "both", "--dst-missing", "skip"),
+        *("--command", "echo", "--payload", '{"to": "ops@example.com"}'),
+        *("--misfire", "each", "--catch-up-cap", "5", "--max-catch-up-age", "2h"),
+        *("--misfire-grace", "30s", "--overlap", "buffer-one", "--jitter", "10s"),
+        *("--tenant", "acme", "--sensitive", "--meta", "owner=ops", "--meta", "tier=gold"),
+    )
+    waiting = run_cli("schedule", "add", "nightly-report", *options, db=db_path)
+    assert waiting.code == 6, waiting  # sensitive: four-eyes first
+    approved_by_someone_else(db_path, waiting.stderr)
     add(
         db_path,
         "nightly-report",

@@ -19,6 +19,7 @@ from textual.pilot import Pilot
 from textual.widgets import Button, Input
 
 from engine import (
+    Approval,
     AuditOverview,
     FireListQuery,
     ManualClock,
@@ -551,6 +552,9 @@ class SlowReads:
 
     async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
         return await self._slow(self.inner.audit(chain, limit=limit))
+
+    async def approvals(self, *, limit: int = 100) -> list[Approval]:
+        return await self._slow(self.inner.approvals(limit=limit))
 
     async def close(self) -> None:
         await self.inner.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from vortos_tui.cli.output import EXIT_CODES, handles_errors, run_typer
-from vortos_tui.console.app import VortosConsole
 from vortos_tui.console.main import console
 
 tui = typer.Typer(
@@ -19,6 +18,15 @@ tui.command(epilog=EXIT_CODES)(handles_errors(console))
 
 def main() -> None:
     run_typer(tui, "vortos-tui")
+
+
+def __getattr__(name: str) -> object:
+    # VortosConsole (Textual) loads on first use: `vortos` imports this package for its options.
+    if name == "VortosConsole":
+        from vortos_tui.console.app import VortosConsole  # noqa: PLC0415
+
+        return VortosConsole
+    raise AttributeError(name)
 
 
 __all__ = ["VortosConsole", "main", "tui"]

@@ -116,6 +116,16 @@ class ConsoleActions:
             raise StaleRow(f"{exc}; nothing was done") from None
         return f"triggered {ref.label}: run {run.id}"
 
+    def decide(self, verb: str, approval_id: str, reason: str | None = None) -> str:
+        """Approve or reject a four-eyes request as this operator (through the service, which
+        refuses the requester and operators without the approver role)."""
+        service = self._service_engine().service
+        if verb == "approve":
+            done = service.approve(approval_id, actor=self.operator)
+            return f"approved {done.id}: {done.operation.value} of {done.tenant}/{done.schedule}"
+        done = service.reject(approval_id, actor=self.operator, reason=reason or "")
+        return f"rejected {done.id}: {done.operation.value} of {done.tenant}/{done.schedule}"
+
     def verify_audit(self) -> Verification:
         """Verify every audit chain from its last verification (and record how far)."""
         audit = self._service_engine().storage.audit

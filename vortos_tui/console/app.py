@@ -20,10 +20,11 @@ from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
-from engine import Overview, VortosError
+from engine import Approval, Overview, VortosError
 from vortos_tui.console import views as _views  # noqa: F401 - registers the built-in views
 from vortos_tui.console.actions import ScheduleRef, Verb, not_applicable
 from vortos_tui.console.context import ConsoleContext
+from vortos_tui.console.decide import ConfirmDecision, Decided
 from vortos_tui.console.dialogs import Confirmed, ConfirmVerb, HelpScreen, JumpTo
 from vortos_tui.console.format import clock_time
 from vortos_tui.console.views.base import LiveView
@@ -270,6 +271,46 @@ class VortosConsole(App[None]):
         except Exception as exc:
             log.exception("%s %s failed", verb.value, ref.label)
             self.call_from_thread(self._acted, "error", f"{verb.value} failed: {exc}")
+        else:
+            self.call_from_thread(self._acted, "information", message)
+
+    def ask_decision(self, verb: str, approval: Approval) -> None:
+        """Approve or reject a request after a confirmation (a rejection asks why)."""
+        if self.ctx.actions is None:
+            self._say("error", f"read-only console ({self.ctx.read_only_reason}): nothing done")
+            return
+        if approval.requested_by == self.ctx.operator:
+            self._say(
+                "error",
+                f"you asked for {approval.id}: another approver must {verb} it",
+            )
+            return
+        self.push_screen(
+            ConfirmDecision(verb, approval, self.ctx.operator),
+            callback=partial(self._decided, verb, approval),
+        )
+
+    def _decided(self, verb: str, approval: Approval, result: Decided | None) -> None:
+        if result is None:
+            self._say("information", f"cancelled: {approval.id} not {verb}d")
+            return
+        self.run_worker(
+            partial(self._decide, verb, approval.id, result.reason),
+            thread=True,
+            group="verbs",
+            exit_on_error=False,
+        )
+
+    def _decide(self, verb: str, approval_id: str, reason: str | None) -> None:
+        actions = self.ctx.actions
+        assert actions is not None
+        try:
+            message = actions.decide(verb, approval_id, reason)
+        except VortosError as exc:
+            self.call_from_thread(self._acted, "error", f"{verb} refused: {exc}")
+        except Exception as exc:
+            log.exception("%s %s failed", verb, approval_id)
+            self.call_from_thread(self._acted, "error", f"{verb} failed: {exc}")
         else:
             self.call_from_thread(self._acted, "information", message)
 

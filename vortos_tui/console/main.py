@@ -6,32 +6,18 @@ import logging
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 from zoneinfo import ZoneInfo
 
 import typer
-from textual.binding import Binding
 
-from engine import DEFAULT_DB, Engine, InvalidInput, SystemClock, open_engine, open_read_model
+from engine import DEFAULT_DB, InvalidInput
 from engine.api import default_node_id
 from engine.domain.timeutil import format_duration, parse_duration, zone
 from engine.runtime.daemon import MIN_LEASE_TTL_MS
-from vortos_tui.cli.context import CliState, operator
-from vortos_tui.cli.demo import demo_commands, seed_demo
-from vortos_tui.cli.output import say
+from vortos_tui.cli.context import CliState
 from vortos_tui.cli.workers import ClaimTtl, Consumers, NodeId, check_node_id, consumer_settings
-from vortos_tui.console.actions import ConsoleActions
-from vortos_tui.console.app import VortosConsole
-from vortos_tui.console.context import DEFAULT_REFRESH_S, ConsoleContext, attached
-from vortos_tui.console.dialogs import ConfirmVerb, HelpScreen, JumpTo
-from vortos_tui.console.engine_host import EngineHost
-from vortos_tui.console.logs import route_logs
-from vortos_tui.console.views.base import LiveView
-from vortos_tui.console.views.registry import views
-from vortos_tui.console.views.run_detail import RunDetailView
-from vortos_tui.console.views.schedule_detail import ScheduleDetailView
-from vortos_tui.console.web import serve
-from vortos_tui.console.widgets import FilterBar
+from vortos_tui.console.context import DEFAULT_REFRESH_S
 
 log = logging.getLogger("vortos.console")
 
@@ -85,19 +71,6 @@ def load_keymap(path: Path | None, known: set[str]) -> dict[str, str]:
             raise InvalidInput(f'keymap file {path}: {binding_id} needs keys as text, e.g. "P"')
         keymap[binding_id] = value
     return keymap
-
-
-def binding_ids() -> set[str]:
-    """Every binding id of the console, its views and its dialogs (what a keymap may name)."""
-    owners: list[Any] = [VortosConsole, LiveView, ScheduleDetailView, RunDetailView, FilterBar]
-    owners += [ConfirmVerb, JumpTo, HelpScreen]
-    owners += [spec.factory for spec in views()]
-    return {
-        binding.id
-        for owner in owners
-        for binding in getattr(owner, "BINDINGS", [])
-        if isinstance(binding, Binding) and binding.id
-    }
 
 
 def parse_refresh(text: str) -> float:
@@ -205,7 +178,10 @@ def console(
     if ttl < MIN_LEASE_TTL_MS:
         raise InvalidInput(f"lease TTL {format_duration(ttl)} is too short: use at least 1s")
     settings = consumer_settings(consumers, claim_ttl, "10s")
-    keys = load_keymap(keymap, binding_ids())
+    # Textual loads here, when the console is asked for, not whenever `vortos` starts.
+    from vortos_tui.console import launch  # noqa: PLC0415
+
+    keys = load_keymap(keymap, launch.binding_ids())
     if log_file is not None and not log_file.parent.resolve().is_dir():
         raise InvalidInput(f"--log-file {log_file}: directory {log_file.parent} does not exist")
     if operator_label is not None and (
@@ -219,6 +195,8 @@ def console(
     if web and read_only and web_allow_actions:
         raise InvalidInput("--read-only and --web-allow-actions contradict each other")
     if web:
+        from vortos_tui.console.web import serve  # noqa: PLC0415 - loads textual-serve
+
         serve(
             cli,
             port=web_port,
@@ -234,7 +212,7 @@ def console(
             grace_ms=settings.grace_ms,
         )
         return
-    run_console(
+    launch.run_console(
         cli,
         attach=attach,
         read_only=read_only,
@@ -250,87 +228,3 @@ def console(
         log_file=log_file,
         operator_label=operator_label,
     )
-
-
-def run_console(
-    cli: CliState,
-    *,
-    attach: bool,
-    read_only: bool,
-    demo: bool,
-    zone_info: ZoneInfo,
-    refresh_s: float,
-    keymap: dict[str, str],
-    node: str,
-    lease_ttl_ms: int,
-    concurrency: int,
-    claim_ttl_ms: int,
-    grace_ms: int,
-    log_file: Path | None,
-    operator_label: str | None,
-) -> None:
-    commands = cli.commands()  # import the app (and refuse a broken one) before anything else
-    if demo:
-        demo_commands(commands)
-    who = operator_label or operator()
-    engine: Engine | None = None
-    host: EngineHost | None = None
-    if attach:
-        # Refuse a missing or foreign file now, with the CLI's message, not as a banner.
-        open_engine(cli.db, create=False, readonly=True, commands=commands).close()
-    else:
-        engine = open_engine(cli.db, create=True, commands=commands, enforce=True)
-        engine.storage.audit.keys()  # no audit key, no dispatching: refuse now, not at a fire
-        if cli.app is not None:
-            engine.service.sync_static(cli.loaded_app().static, actor=who)
-        if demo:
-            seed_demo(engine, who)
-    actions = None
-    if not read_only:
-        shared = engine
-        actions = ConsoleActions(
-            (lambda: shared)
-            if shared is not None
-            else (lambda: open_engine(cli.db, create=False, commands=commands, enforce=True)),
-            who,
-            owns_engine=shared is None,
-        )
-    context = ConsoleContext(
-        db_label=str(cli.db),
-        model=open_read_model(cli.db),
-        clock=SystemClock(),
-        zone=zone_info,
-        operator=who,
-        actions=actions,
-        refresh_s=refresh_s,
-    )
-    app = VortosConsole(context, keymap=keymap)
-    with route_logs(app, log_file):
-        try:
-            if engine is not None:
-                host = EngineHost(
-                    engine,
-                    node_id=node,
-                    lease_ttl_ms=lease_ttl_ms,
-                    concurrency=concurrency,
-                    claim_ttl_ms=claim_ttl_ms,
-                    grace_ms=grace_ms,
-                )
-                context.node = host.status
-                host.start()
-            else:
-                context.node = attached
-            app.run()
-        finally:
-            if host is not None:
-                busy = host.running_commands
-                if busy:
-                    say(
-                        f"vortos-tui: {busy} command(s) still running: waiting up to "
-                        f"{format_duration(grace_ms)} for them before giving their fires back"
-                    )
-                host.stop()
-            if actions is not None:
-                actions.close()
-            if engine is not None:
-                engine.close()

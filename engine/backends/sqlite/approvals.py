@@ -9,13 +9,13 @@ from engine.backends.sqlite.connection import ConnectionPool, Row, rows, storage
 from engine.domain.approvals import Approval, ApprovalState, GatedOperation
 from engine.domain.audit import canonical
 
-_COLUMNS = (
+COLUMNS = (
     "id, tenant, schedule, operation, digest, change, requested_by, requested_at, expires_at, "
     "state, decided_by, decided_at, reason, consumed_at"
 )
 
 
-def _approval(r: Row) -> Approval:
+def approval_from_row(r: Row) -> Approval:
     return Approval(
         id=r[0],
         tenant=r[1],
@@ -42,7 +42,7 @@ class SqliteApprovalStore:
         conn = self._pool.get()
         with storage_errors(self._pool.path), write_tx(conn):
             conn.execute(
-                f"INSERT INTO approvals ({_COLUMNS}) VALUES "
+                f"INSERT INTO approvals ({COLUMNS}) VALUES "
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     approval.id,
@@ -65,9 +65,9 @@ class SqliteApprovalStore:
     def get(self, approval_id: str) -> Approval | None:
         with storage_errors(self._pool.path):
             found = rows(
-                self._pool.get(), f"SELECT {_COLUMNS} FROM approvals WHERE id = ?", (approval_id,)
+                self._pool.get(), f"SELECT {COLUMNS} FROM approvals WHERE id = ?", (approval_id,)
             )
-        return _approval(found[0]) if found else None
+        return approval_from_row(found[0]) if found else None
 
     def find(
         self, *, tenant: str, digest: str, state: ApprovalState, now_ms: int
@@ -75,11 +75,11 @@ class SqliteApprovalStore:
         with storage_errors(self._pool.path):
             found = rows(
                 self._pool.get(),
-                f"SELECT {_COLUMNS} FROM approvals WHERE tenant = ? AND digest = ? "
+                f"SELECT {COLUMNS} FROM approvals WHERE tenant = ? AND digest = ? "
                 "AND state = ? AND expires_at > ? ORDER BY requested_at DESC LIMIT 1",
                 (tenant, digest, state.value, now_ms),
             )
-        return _approval(found[0]) if found else None
+        return approval_from_row(found[0]) if found else None
 
     def list(
         self, *, tenant: str | None = None, state: ApprovalState | None = None, limit: int = 100
@@ -93,13 +93,13 @@ class SqliteApprovalStore:
             args.append(state.value)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         sql = (
-            f"SELECT {_COLUMNS} FROM approvals {clause} "
+            f"SELECT {COLUMNS} FROM approvals {clause} "
             "ORDER BY state = 'pending' DESC, requested_at DESC LIMIT ?"
         )
         params: tuple[Any, ...] = (*args, limit)
         with storage_errors(self._pool.path):
             found = rows(self._pool.get(), sql, params)
-        return [_approval(r) for r in found]
+        return [approval_from_row(r) for r in found]
 
     def transition(
         self,

@@ -22,6 +22,8 @@ from typing import Any, cast
 import aiosqlite
 import apsw
 
+from engine.backends.sqlite.approvals import COLUMNS as APPROVAL_COLUMNS
+from engine.backends.sqlite.approvals import approval_from_row
 from engine.backends.sqlite.audit import CHAINS as AUDIT_CHAINS
 from engine.backends.sqlite.audit import COLUMNS as AUDIT_COLUMNS
 from engine.backends.sqlite.audit import entry_from_row as audit_entry_from_row
@@ -33,6 +35,7 @@ from engine.backends.sqlite.codec import (
 )
 from engine.backends.sqlite.connection import APPLICATION_ID, Row, connect, translate
 from engine.backends.sqlite.fire_queue import FIRE_COLUMNS, FIRE_FROM, fire_from_row
+from engine.domain.approvals import Approval
 from engine.domain.audit import GENESIS
 from engine.domain.errors import StorageError
 from engine.domain.run import Run, RunState
@@ -349,6 +352,16 @@ class SqliteReadModel:
                 else []
             )
         return AuditOverview(tuple(statuses), chain, tuple(audit_entry_from_row(r) for r in recent))
+
+    async def approvals(self, *, limit: int = 100) -> list[Approval]:
+        async with self._snapshot() as db:
+            found = await self._all(
+                db,
+                f"SELECT {APPROVAL_COLUMNS} FROM approvals "
+                "ORDER BY state = 'pending' DESC, requested_at DESC LIMIT ?",
+                (max(1, min(limit, PAGE_MAX)),),
+            )
+        return [approval_from_row(r) for r in found]
 
     async def close(self) -> None:
         """Nothing stays open between calls."""

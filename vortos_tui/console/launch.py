@@ -1,0 +1,125 @@
+"""Starting the console: the Textual app, the engine beside it, the logs. Kept apart from
+the option parsing so that `vortos` (the CLI) never loads Textual unless `vortos tui` runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from textual.binding import Binding
+
+from engine import Engine, SystemClock, open_engine, open_read_model
+from engine.domain.timeutil import format_duration
+from vortos_tui.cli.context import CliState, operator
+from vortos_tui.cli.demo import demo_commands, seed_demo
+from vortos_tui.cli.output import say
+from vortos_tui.console.actions import ConsoleActions
+from vortos_tui.console.app import VortosConsole
+from vortos_tui.console.context import ConsoleContext, attached
+from vortos_tui.console.decide import ConfirmDecision
+from vortos_tui.console.dialogs import ConfirmVerb, HelpScreen, JumpTo
+from vortos_tui.console.engine_host import EngineHost
+from vortos_tui.console.logs import route_logs
+from vortos_tui.console.views.base import LiveView
+from vortos_tui.console.views.registry import views
+from vortos_tui.console.views.run_detail import RunDetailView
+from vortos_tui.console.views.schedule_detail import ScheduleDetailView
+from vortos_tui.console.widgets import FilterBar
+
+
+def binding_ids() -> set[str]:
+    """Every binding id of the console, its views and its dialogs (what a keymap may name)."""
+    owners: list[Any] = [VortosConsole, LiveView, ScheduleDetailView, RunDetailView, FilterBar]
+    owners += [ConfirmVerb, ConfirmDecision, JumpTo, HelpScreen]
+    owners += [spec.factory for spec in views()]
+    return {
+        binding.id
+        for owner in owners
+        for binding in getattr(owner, "BINDINGS", [])
+        if isinstance(binding, Binding) and binding.id
+    }
+
+
+def run_console(
+    cli: CliState,
+    *,
+    attach: bool,
+    read_only: bool,
+    demo: bool,
+    zone_info: ZoneInfo,
+    refresh_s: float,
+    keymap: dict[str, str],
+    node: str,
+    lease_ttl_ms: int,
+    concurrency: int,
+    claim_ttl_ms: int,
+    grace_ms: int,
+    log_file: Path | None,
+    operator_label: str | None,
+) -> None:
+    commands = cli.commands()  # import the app (and refuse a broken one) before anything else
+    if demo:
+        demo_commands(commands)
+    who = operator_label or operator()
+    engine: Engine | None = None
+    host: EngineHost | None = None
+    if attach:
+        # Refuse a missing or foreign file now, with the CLI's message, not as a banner.
+        open_engine(cli.db, create=False, readonly=True, commands=commands).close()
+    else:
+        engine = open_engine(cli.db, create=True, commands=commands, enforce=True)
+        engine.storage.audit.keys()  # no audit key, no dispatching: refuse now, not at a fire
+        if cli.app is not None:
+            engine.service.sync_static(cli.loaded_app().static, actor=who)
+        if demo:
+            seed_demo(engine, who)
+    actions = None
+    if not read_only:
+        shared = engine
+        actions = ConsoleActions(
+            (lambda: shared)
+            if shared is not None
+            else (lambda: open_engine(cli.db, create=False, commands=commands, enforce=True)),
+            who,
+            owns_engine=shared is None,
+        )
+    context = ConsoleContext(
+        db_label=str(cli.db),
+        model=open_read_model(cli.db),
+        clock=SystemClock(),
+        zone=zone_info,
+        operator=who,
+        actions=actions,
+        refresh_s=refresh_s,
+    )
+    app = VortosConsole(context, keymap=keymap)
+    with route_logs(app, log_file):
+        try:
+            if engine is not None:
+                host = EngineHost(
+                    engine,
+                    node_id=node,
+                    lease_ttl_ms=lease_ttl_ms,
+                    concurrency=concurrency,
+                    claim_ttl_ms=claim_ttl_ms,
+                    grace_ms=grace_ms,
+                )
+                context.node = host.status
+                host.start()
+            else:
+                context.node = attached
+            app.run()
+        finally:
+            if host is not None:
+                busy = host.running_commands
+                if busy:
+                    say(
+                        f"vortos-tui: {busy} command(s) still running: waiting up to "
+                        f"{format_duration(grace_ms)} for them before giving their fires back"
+                    )
+                host.stop()
+            if actions is not None:
+                actions.close()
+            if engine is not None:
+                engine.close()
