@@ -61,6 +61,21 @@ class AuditEntry:
     key_id: str
     signature: str
 
+    def computed_hash(self) -> str:
+        """The hash its content and previous hash should have (what `hash` claims)."""
+        return content_hash(
+            chain=self.chain,
+            seq=self.seq,
+            event=self.event,
+            actor=self.actor,
+            tenant=self.tenant,
+            schedule_id=self.schedule_id,
+            slot_key=self.slot_key,
+            at=self.at,
+            data=self.data,
+            prev_hash=self.prev_hash,
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "chain": self.chain,
@@ -261,18 +276,7 @@ class ChainWalk:
             return self._bad(expected, f"entry {expected} is {what}: found {entry.seq} next")
         if entry.prev_hash != self.at.hash:
             return self._bad(entry.seq, "its previous hash is not the hash of the entry before it")
-        digest = content_hash(
-            chain=entry.chain,
-            seq=entry.seq,
-            event=entry.event,
-            actor=entry.actor,
-            tenant=entry.tenant,
-            schedule_id=entry.schedule_id,
-            slot_key=entry.slot_key,
-            at=entry.at,
-            data=entry.data,
-            prev_hash=entry.prev_hash,
-        )
+        digest = entry.computed_hash()
         if digest != entry.hash:
             return self._bad(entry.seq, "its content does not match its hash (edited)")
         valid = self.keys.valid(
