@@ -14,6 +14,7 @@ import hmac
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any
 
 SYSTEM_CHAIN = "system"
@@ -60,21 +61,31 @@ class AuditEntry:
     hash: str
     key_id: str
     signature: str
+    # The JSON text `data` was sealed as or read from, when known (`with_data_json`): hashed
+    # as it is, it saves encoding `data` again. Not an argument, so that a changed copy
+    # (`dataclasses.replace`) never carries the text of the data it was copied from.
+    data_json: str | None = field(default=None, init=False, compare=False, repr=False)
 
     def computed_hash(self) -> str:
         """The hash its content and previous hash should have (what `hash` claims)."""
-        return content_hash(
-            chain=self.chain,
-            seq=self.seq,
-            event=self.event,
-            actor=self.actor,
-            tenant=self.tenant,
-            schedule_id=self.schedule_id,
-            slot_key=self.slot_key,
-            at=self.at,
-            data=self.data,
-            prev_hash=self.prev_hash,
+        fields = (
+            self.chain,
+            self.seq,
+            self.event,
+            self.actor,
+            self.tenant,
+            self.schedule_id,
+            self.slot_key,
+            self.at,
         )
+        if self.data_json is not None:
+            digest = _content_hash(*fields, self.data_json, self.prev_hash)
+            if digest == self.hash:
+                # The very text the hash was computed over, so the content is unchanged.
+                return digest
+            # Another text: the content changed, or the same content is spelled differently
+            # (spaces, key order), which the hash does not tell apart. Decide on the content.
+        return _content_hash(*fields, canonical(self.data), self.prev_hash)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -112,9 +123,20 @@ class AuditEntry:
         )
 
 
+def with_data_json(entry: AuditEntry, text: str) -> AuditEntry:
+    """`entry`, which was just built with `data` decoded from `text` (or encoded as it by
+    `canonical`), now knowing that text: its hash is checked against the text first."""
+    object.__setattr__(entry, "data_json", text)  # frozen, and not an __init__ argument
+    return entry
+
+
+# json.dumps(value, **these) builds this encoder anew on every call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def canonical(value: Any) -> str:
     """JSON with sorted keys and no spaces: the same bytes for the same content, always."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(value)
 
 
 def content_hash(
@@ -130,21 +152,74 @@ def content_hash(
     data: Mapping[str, Any],
     prev_hash: str,
 ) -> str:
-    body = canonical(
-        {
-            "chain": chain,
-            "seq": seq,
-            "event": event,
-            "actor": actor,
-            "tenant": tenant,
-            "schedule_id": schedule_id,
-            "slot_key": slot_key,
-            "at": at,
-            "data": data,
-            "prev_hash": prev_hash,
-        }
+    return _content_hash(
+        chain, seq, event, actor, tenant, schedule_id, slot_key, at, canonical(data), prev_hash
     )
+
+
+def _content_hash(
+    chain: str,
+    seq: int,
+    event: str,
+    actor: str,
+    tenant: str | None,
+    schedule_id: str | None,
+    slot_key: str | None,
+    at: int,
+    data_json: str,
+    prev_hash: str,
+) -> str:
+    """SHA-256 of the canonical JSON of the ten fields, with `data` already encoded."""
+    body = _plain_body(
+        chain, seq, event, actor, tenant, schedule_id, slot_key, at, data_json, prev_hash
+    )
+    if body is None:  # let json spell what is around `data`
+        before = canonical({"actor": actor, "at": at, "chain": chain})
+        after = canonical(
+            {
+                "event": event,
+                "prev_hash": prev_hash,
+                "schedule_id": schedule_id,
+                "seq": seq,
+                "slot_key": slot_key,
+                "tenant": tenant,
+            }
+        )
+        body = f'{before[:-1]},"data":{data_json},{after[1:]}'
     return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _plain_body(
+    chain: str,
+    seq: int,
+    event: str,
+    actor: str,
+    tenant: str | None,
+    schedule_id: str | None,
+    slot_key: str | None,
+    at: int,
+    data_json: str,
+    prev_hash: str,
+) -> str | None:
+    """canonical() of the ten fields, a third of its cost: the keys in sorted order and each
+    value spelled as json spells it. None unless the values are of their usual types (an edited
+    export can hold others)."""
+    if type(seq) is not int or type(at) is not int:  # a bool or an int subclass: json's way
+        return None
+    try:
+        return (
+            f'{{"actor":{encode_basestring(actor)},"at":{int.__repr__(at)},'
+            f'"chain":{encode_basestring(chain)},"data":{data_json},'
+            f'"event":{encode_basestring(event)},"prev_hash":{encode_basestring(prev_hash)},'
+            f'"schedule_id":{_optional(schedule_id)},"seq":{int.__repr__(seq)},'
+            f'"slot_key":{_optional(slot_key)},"tenant":{_optional(tenant)}}}'
+        )
+    except TypeError:  # encode_basestring of something not a string
+        return None
+
+
+def _optional(text: str | None) -> str:
+    return "null" if text is None else encode_basestring(text)
 
 
 class KeyRing:
@@ -194,22 +269,26 @@ def checkpoint_message(chain: str, seq: int, entry_hash: str) -> str:
 
 
 def seal(event: AuditEvent, *, seq: int, at: int, prev_hash: str, keys: KeyRing) -> AuditEntry:
-    """The entry that follows `prev_hash` at `seq` in the event's chain, hashed and signed."""
-    digest = content_hash(
-        chain=event.chain,
-        seq=seq,
-        event=event.event,
-        actor=event.actor,
-        tenant=event.tenant,
-        schedule_id=event.schedule_id,
-        slot_key=event.slot_key,
-        at=at,
-        data=event.data,
-        prev_hash=prev_hash,
+    """The entry that follows `prev_hash` at `seq` in the event's chain, hashed and signed;
+    its `data_json` is the text hashed, for storing as it is."""
+    chain = event.chain
+    data = dict(event.data)
+    data_json = canonical(data)
+    digest = _content_hash(
+        chain,
+        seq,
+        event.event,
+        event.actor,
+        event.tenant,
+        event.schedule_id,
+        event.slot_key,
+        at,
+        data_json,
+        prev_hash,
     )
-    key_id, signature = keys.sign(entry_message(event.chain, seq, digest))
-    return AuditEntry(
-        chain=event.chain,
+    key_id, signature = keys.sign(entry_message(chain, seq, digest))
+    entry = AuditEntry(
+        chain=chain,
         seq=seq,
         event=event.event,
         actor=event.actor,
@@ -217,12 +296,13 @@ def seal(event: AuditEvent, *, seq: int, at: int, prev_hash: str, keys: KeyRing)
         schedule_id=event.schedule_id,
         slot_key=event.slot_key,
         at=at,
-        data=dict(event.data),
+        data=data,
         prev_hash=prev_hash,
         hash=digest,
         key_id=key_id,
         signature=signature,
     )
+    return with_data_json(entry, data_json)
 
 
 @dataclass(frozen=True, slots=True)

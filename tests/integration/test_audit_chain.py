@@ -4,6 +4,7 @@ keys: missing, wrong, rotated."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -82,6 +83,13 @@ def test_an_untouched_chain_verifies_and_prints_its_head(audited: Path) -> None:
             12,
             "content does not match its hash",
         ),
+        (
+            # other content, spelled with spaces and the keys out of order
+            'UPDATE audit_entries SET data = \'{ "version": 1, "run": 99, "name": "report" }\' '
+            "WHERE chain = 'tenant:default' AND seq = 12",
+            12,
+            "content does not match its hash",
+        ),
         ("DELETE FROM audit_entries WHERE chain = 'tenant:default' AND seq = 9", 9, "missing"),
         (
             # swap entries 5 and 6
@@ -104,7 +112,14 @@ def test_an_untouched_chain_verifies_and_prints_its_head(audited: Path) -> None:
             "content does not match its hash",
         ),
     ],
-    ids=["edited actor", "edited data", "deleted", "swapped", "inserted"],
+    ids=[
+        "edited actor",
+        "edited data",
+        "edited and respelled data",
+        "deleted",
+        "swapped",
+        "inserted",
+    ],
 )
 def test_tampering_is_found_at_the_first_bad_entry(
     audited: Path, tamper: str, first_bad: int, says: str
@@ -115,6 +130,30 @@ def test_tampering_is_found_at_the_first_bad_entry(
     assert f"audit chain {CHAIN} is broken at entry {first_bad}:" in err
     assert says in err
     assert "Traceback" not in err
+
+
+@needs_shell
+def test_data_respelled_with_the_same_content_verifies_as_the_hash_covers_content(
+    audited: Path,
+) -> None:
+    """The hash is of the canonical JSON of the content: the walk hashes the stored text as it
+    is when that is the text sealed, and decodes and re-encodes it otherwise, so spaces and key
+    order alone are no change (as before the shortcut), and other content is (above)."""
+    with open_engine(audited, readonly=True) as engine:
+        stored = engine.storage.audit.entries(CHAIN, after_seq=11, limit=1)[0]
+    assert stored.data_json == '{"name":"report","run":11,"version":1}'
+    respelled = json.dumps(dict(reversed(list(stored.data.items()))), indent=1)
+    assert respelled != stored.data_json
+    shell(
+        audited,
+        f"UPDATE audit_entries SET data = '{respelled}' "
+        "WHERE chain = 'tenant:default' AND seq = 12",
+    )
+    code, out, err = verify_cli(audited, "--full")
+    assert code == 0, out + err
+    with open_engine(audited, readonly=True) as engine:
+        after = engine.storage.audit.entries(CHAIN, after_seq=11, limit=1)[0]
+    assert (after.data_json, after.data) == (respelled, stored.data)
 
 
 @needs_shell

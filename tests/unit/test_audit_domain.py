@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -15,10 +16,12 @@ from engine.domain.audit import (
     ChainPoint,
     ChainWalk,
     KeyRing,
+    canonical,
     content_hash,
     parse_point,
     seal,
     tenant_chain,
+    with_data_json,
 )
 
 KEY = b"k" * 32
@@ -145,3 +148,51 @@ def test_heads_parse_as_verify_prints_them() -> None:
 def test_entries_survive_a_json_round_trip() -> None:
     entry = chain_of(1, KeyRing([KEY]))[0]
     assert AuditEntry.from_json(entry.to_json()) == entry
+
+
+def test_a_sealed_entry_keeps_the_canonical_text_it_hashed_for_storing() -> None:
+    entry = chain_of(1, KeyRing([KEY]))[0]
+    assert entry.data_json == canonical(dict(entry.data)) == '{"i":0,"z":[1]}'
+    assert entry.hash == content_hash(
+        chain=entry.chain,
+        seq=entry.seq,
+        event=entry.event,
+        actor=entry.actor,
+        tenant=entry.tenant,
+        schedule_id=entry.schedule_id,
+        slot_key=entry.slot_key,
+        at=entry.at,
+        data=entry.data,
+        prev_hash=entry.prev_hash,
+    )
+
+
+def test_a_copy_with_other_data_does_not_keep_the_text_of_the_old_data() -> None:
+    keys = KeyRing([KEY])
+    entries = chain_of(3, keys)
+    edited = replace(entries[1], data={"i": 99, "z": [1]})
+    assert edited.data_json is None
+    w = walk([entries[0], edited, entries[2]], keys)
+    assert w.problem is not None
+    assert (w.problem.seq, "edited" in w.problem.reason) == (2, True)
+
+
+@pytest.mark.parametrize(
+    ("text", "intact"),
+    [
+        ('{"i":1,"z":[1]}', True),  # the canonical text sealed
+        ('{ "z": [1], "i": 1 }', True),  # the same content spelled otherwise: as before
+        ('{"i":7,"z":[1]}', False),  # other content, canonical
+        ('{ "z": [1], "i": 7 }', False),  # other content, spelled otherwise
+    ],
+    ids=["canonical", "respelled", "changed", "changed and respelled"],
+)
+def test_an_entry_read_from_text_is_judged_by_its_content(text: str, intact: bool) -> None:
+    keys = KeyRing([KEY])
+    entries = chain_of(3, keys)
+    read = with_data_json(replace(entries[1], data=json.loads(text)), text)
+    w = walk([entries[0], read, entries[2]], keys)
+    assert (w.problem is None) == intact
+    if not intact:
+        assert w.problem is not None
+        assert (w.problem.seq, "edited" in w.problem.reason) == (2, True)

@@ -21,6 +21,7 @@ from engine.domain.audit import (
     canonical,
     checkpoint_message,
     seal,
+    with_data_json,
 )
 from engine.domain.clock import Clock
 from engine.domain.errors import AuditKeyMissing
@@ -44,7 +45,8 @@ KeySource = Callable[[], KeyRing]
 
 
 def entry_from_row(row: Row) -> AuditEntry:
-    return AuditEntry(
+    data_json = row[8]
+    entry = AuditEntry(
         chain=row[0],
         seq=row[1],
         event=row[2],
@@ -53,12 +55,14 @@ def entry_from_row(row: Row) -> AuditEntry:
         schedule_id=row[5],
         slot_key=row[6],
         at=row[7],
-        data=json.loads(row[8]),
+        data=json.loads(data_json),
         prev_hash=row[9],
         hash=row[10],
         key_id=row[11],
         signature=row[12],
     )
+    # Stored as sealed, the text is what the hash covers: the walk hashes it as it is.
+    return with_data_json(entry, data_json)
 
 
 def _values(entry: AuditEntry) -> tuple[Any, ...]:
@@ -71,7 +75,8 @@ def _values(entry: AuditEntry) -> tuple[Any, ...]:
         entry.schedule_id,
         entry.slot_key,
         entry.at,
-        canonical(dict(entry.data)),
+        # The text sealed (and hashed), not encoded a second time.
+        canonical(dict(entry.data)) if entry.data_json is None else entry.data_json,
         entry.prev_hash,
         entry.hash,
         entry.key_id,
