@@ -15,10 +15,10 @@ from engine.commands import CommandRegistry, builtin_commands
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
 from engine.governance.keys import load_keyring
-from engine.governance.policy import AccessControl
+from engine.governance.policy import AccessControl, RoleBasedPolicy
 from engine.ports.dispatch import DispatchReport
 from engine.ports.policy import Policy
-from engine.ports.read_model import ReadModel
+from engine.ports.read_model import ReadModel, Viewer
 from engine.runtime.consumer import (
     DEFAULT_CLAIM_TTL_MS,
     DEFAULT_CONCURRENCY,
@@ -154,12 +154,16 @@ def open_engine(
     return Engine(storage, clock, commands or builtin_commands(), access)
 
 
-def open_read_model(db: str | Path = DEFAULT_DB) -> ReadModel:
-    """The console's asynchronous, read-only view of the database at `db`.
+def open_read_model(
+    db: str | Path = DEFAULT_DB, *, operator: str | None = None, policy: Policy | None = None
+) -> ReadModel:
+    """The console's asynchronous, read-only view of the database at `db`; with `operator`,
+    narrowed to the tenants they may view (by `policy`, default: their roles).
 
     The file must exist and be a SQLite file (StorageError otherwise); later calls that fail
     raise StorageError and succeed again once the cause is gone.
     """
     path = Path(db)
     inspect_path(path, create=False)
-    return SqliteReadModel(path)
+    viewer = None if operator is None else Viewer(operator, policy or RoleBasedPolicy())
+    return SqliteReadModel(path, viewer)

@@ -5,9 +5,11 @@ policy may decide otherwise."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from engine.domain.audit import chain_tenant
 from engine.domain.errors import InvalidInput, VortosError
 
 ANY_TENANT = "*"  # a grant in every tenant
@@ -110,6 +112,59 @@ class Identity:
     def best_role_in(self, tenant: str | None) -> Role | None:
         roles = self.roles_in(tenant)
         return max(roles, key=_RANK.__getitem__) if roles else None
+
+
+@dataclass(frozen=True, slots=True)
+class TenantScope:
+    """The tenants an operator may see: every tenant (`tenants` None) or exactly these (maybe
+    none). Every read an operator makes is narrowed by it, in the store's query, so a page
+    never holds another tenant's rows and never comes back short because they were dropped."""
+
+    tenants: frozenset[str] | None = None
+
+    @property
+    def every(self) -> bool:
+        return self.tenants is None
+
+    def allows(self, tenant: str) -> bool:
+        return self.tenants is None or tenant in self.tenants
+
+    def narrow(self, tenant: str | None) -> TenantScope:
+        """This scope within `tenant` (None: no narrowing)."""
+        if tenant is None:
+            return self
+        return TenantScope(frozenset({tenant}) if self.allows(tenant) else frozenset())
+
+    @property
+    def empty(self) -> bool:
+        return self.tenants is not None and not self.tenants
+
+    def describe(self) -> str:
+        if self.tenants is None:
+            return "every tenant"
+        return ", ".join(sorted(self.tenants)) or "no tenant"
+
+
+EVERY_TENANT = TenantScope()
+
+
+def chain_visible(scope: TenantScope, chain: str) -> bool:
+    """A tenant's audit chain is visible with its tenant; the system chain (leases, operators)
+    only to whoever may view every tenant."""
+    tenant = chain_tenant(chain)
+    return scope.every if tenant is None else scope.allows(tenant)
+
+
+def visible_scope(identity: Identity, may_view: Callable[[str | None], bool]) -> TenantScope:
+    """What `identity` may see, given the policy's view decision: every tenant when viewing
+    the whole installation is allowed, else the tenants of its grants that it may view.
+
+    A policy decides per tenant and cannot list tenants, so the candidates are the tenants
+    the identity holds grants in."""
+    if may_view(None):
+        return EVERY_TENANT
+    candidates: Iterable[str] = {g.tenant for g in identity.grants if g.tenant != ANY_TENANT}
+    return TenantScope(frozenset(t for t in candidates if may_view(t)))
 
 
 class PermissionDenied(VortosError):

@@ -7,6 +7,7 @@ import logging
 
 from engine.domain.access import (
     ANY_TENANT,
+    EVERY_TENANT,
     GLOBAL_OPERATIONS,
     LEAST_ROLE,
     Grant,
@@ -14,7 +15,9 @@ from engine.domain.access import (
     Operation,
     PermissionDenied,
     Role,
+    TenantScope,
     includes,
+    visible_scope,
 )
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
@@ -22,6 +25,13 @@ from engine.ports.policy import Decision, IdentityProvider, Policy
 from engine.ports.storage import Storage
 
 log = logging.getLogger("vortos.policy")
+
+
+def scope_of(policy: Policy, identity: Identity) -> TenantScope:
+    """What the policy lets `identity` view (see engine.domain.access.visible_scope)."""
+    return visible_scope(
+        identity, lambda tenant: policy.decide(identity, Operation.VIEW, tenant).allowed
+    )
 
 
 class RoleBasedPolicy:
@@ -83,6 +93,13 @@ class AccessControl:
         if not decision.allowed:
             raise PermissionDenied(decision.reason)
         return identity
+
+    def scope(self, actor: str) -> TenantScope:
+        """The tenants `actor` may view: every tenant while the database has no operator (as
+        for changes, see `authorize`), else as the policy decides for the actor's grants."""
+        if self._storage.operators.count() == 0:
+            return EVERY_TENANT
+        return scope_of(self.policy, self.identities.identity(actor))
 
     def claim_first_admin(self, actor: str) -> None:
         """Inside a change's own transaction, as it records what it changed: while the

@@ -23,9 +23,15 @@ class ApprovalStore(Protocol):
         ...
 
     def list(
-        self, *, tenant: str | None = None, state: ApprovalState | None = None, limit: int = 100
+        self,
+        *,
+        tenant: str | None = None,
+        state: ApprovalState | None = None,
+        limit: int = 100,
+        tenants: frozenset[str] | None = None,
     ) -> list[Approval]:
-        """Newest first (pending first when no state is given)."""
+        """Newest first (pending first when no state is given); `tenants`, when given, keeps
+        only those tenants' requests."""
         ...
 
     def transition(

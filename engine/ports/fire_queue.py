@@ -156,9 +156,11 @@ class HeartbeatReport:
 
 @dataclass(frozen=True, slots=True)
 class FireQuery:
-    """Which fires to read, oldest first by run id. Empty `states` means any state."""
+    """Which fires to read, oldest first by run id. Empty `states` means any state;
+    `tenants`, when given, keeps only those tenants' (an operator's scope)."""
 
     tenant: str | None = None
+    tenants: frozenset[str] | None = None
     schedule_id: str | None = None
     states: frozenset[FireState] = frozenset()
     run_ids: tuple[int, ...] | None = None

@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from engine.domain.access import EVERY_TENANT, TenantScope
 from engine.domain.approvals import Approval
 from engine.domain.audit import AuditEntry
 from engine.domain.run import Run, RunState
 from engine.domain.schedule import Schedule, ScheduleStatus
 from engine.ports.fire_queue import Fire
+from engine.ports.policy import Policy
 
 T = TypeVar("T")
 
@@ -92,8 +94,19 @@ class LeaderView:
 
 
 @dataclass(frozen=True, slots=True)
+class Viewer:
+    """Who reads, and the policy that decides what they may see. A read model given a viewer
+    narrows every read to the tenants the viewer may view, decided on the grants as stored in
+    the same snapshot (so a revocation takes effect at the next read)."""
+
+    operator: str
+    policy: Policy
+
+
+@dataclass(frozen=True, slots=True)
 class Overview:
-    """What the header and the views' titles show: one consistent reading."""
+    """What the header and the views' titles show: one consistent reading (counted over the
+    tenants the viewer may see: `scope`)."""
 
     read_at: int  # the reader's clock when read
     leader: LeaderView | None  # None: nobody has ever led, or the last leader let go
@@ -103,6 +116,7 @@ class Overview:
     open_fires: int  # waiting or running
     running: int  # under a live claim
     dead_letters: int
+    scope: TenantScope = EVERY_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +157,8 @@ class ReadModel(Protocol):
       transaction.
     - A page costs O(limit) rows read (plus index seeks), not O(rows stored); only `text`
       filters may scan, and then within the documented window.
+    - With a viewer, no call returns (or counts) a row of a tenant the viewer may not view,
+      and the system audit chain only to a viewer of every tenant.
     - Every failure to read (file gone, unreadable, locked past the timeout, not a Vortos
       database) raises StorageError with a message that says what is wrong; the caller may
       simply call again later: a read model recovers by itself when the cause goes away.

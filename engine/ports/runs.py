@@ -12,9 +12,11 @@ from engine.domain.run import NewRun, Run, RunState
 @dataclass(frozen=True, slots=True)
 class RunQuery:
     """Which runs to list, newest first: by slot within one schedule, by dispatch order across
-    schedules. `tenant=None` means every tenant."""
+    schedules. `tenant=None` means every tenant; `tenants`, when given, keeps only those
+    tenants' (an operator's scope)."""
 
     tenant: str | None = None
+    tenants: frozenset[str] | None = None
     schedule_id: str | None = None
     state: RunState | None = None
     since_ms: int | None = None  # slot instant at or after
@@ -37,7 +39,9 @@ class RunLedger(Protocol):
 
     def find_by_slot(self, tenant: str | None, slot_key: str) -> Run | None: ...
 
-    def get(self, run_id: int) -> Run | None: ...
+    def get(self, run_id: int, tenant: str | None = None) -> Run | None:
+        """The run with this id (in `tenant`, when given), or None."""
+        ...
 
     def state_of(self, tenant: str | None, slot_key: str) -> RunState | None: ...
 

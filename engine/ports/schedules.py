@@ -10,9 +10,11 @@ from engine.domain.schedule import Schedule, ScheduleStatus
 
 @dataclass(frozen=True, slots=True)
 class ScheduleQuery:
-    """Which schedules to list. `tenant=None` means every tenant (the daemon's view)."""
+    """Which schedules to list. `tenant=None` means every tenant (the daemon's view);
+    `tenants`, when given, keeps only those tenants' (an operator's scope)."""
 
     tenant: str | None = None
+    tenants: frozenset[str] | None = None
     status: ScheduleStatus | None = None
     name_prefix: str | None = None
     limit: int = 1000

@@ -7,6 +7,7 @@ governance issue; with access control given, every change is authorised first.
 
 from engine.domain.preview import PREVIEW_MAX, PreviewSlot
 from engine.service.approvals import Approvals
+from engine.service.audit_trail import AuditTrail
 from engine.service.core import validate_spec
 from engine.service.manual import BACKFILL_CONFIRM_OVER, BackfillReport, ManualFires
 from engine.service.operators import OperatorAdmin
@@ -14,10 +15,10 @@ from engine.service.queue import DeadLetters
 from engine.service.static import StaticSync, SyncReport
 
 
-class ScheduleService(ManualFires, DeadLetters, StaticSync, OperatorAdmin, Approvals):
+class ScheduleService(ManualFires, DeadLetters, StaticSync, OperatorAdmin, Approvals, AuditTrail):
     """Schedules (create, pause, resume, delete, preview), manual fires (trigger, backfill),
     dead letters (list, requeue, purge), static schedules (sync), operators (grant,
-    revoke) and four-eyes approvals (approve, reject)."""
+    revoke), four-eyes approvals (approve, reject) and the audit chains an operator may read."""
 
 
 __all__ = [

@@ -29,22 +29,30 @@ class Approvals(ServiceCore):
         state: ApprovalState | None = None,
         limit: int = 100,
     ) -> list[Approval]:
-        """Requests, pending first. `state` is as of now (an expired one is expired)."""
-        self._authorize(actor, Operation.VIEW, tenant)
+        """Requests, pending first, of the tenants `actor` may view. `state` is as of now (an
+        expired one is expired)."""
+        scope = self.scope(actor, tenant)
         now = self._clock.now_ms()
         stored = None if state in (None, ApprovalState.EXPIRED) else state
-        found = self._storage.approvals.list(tenant=tenant, state=stored, limit=limit * 2)
+        found = self._storage.approvals.list(
+            tenant=tenant, state=stored, limit=limit * 2, tenants=scope.tenants
+        )
         if state is not None:
             found = [a for a in found if a.state_at(now) is state]
         return found[:limit]
 
     def approval(self, approval_id: str, *, actor: str, tenant: str | None = None) -> Approval:
+        """One request. Another tenant's, where `actor` may not look, is not found: its id
+        says nothing about whether it exists."""
         found = self._storage.approvals.get(approval_id)
-        if found is None or (tenant is not None and found.tenant != tenant):
+        if (
+            found is None
+            or (tenant is not None and found.tenant != tenant)
+            or not self.scope(actor).allows(found.tenant)
+        ):
             raise NotFound(
                 f"no approval request {approval_id!r}: `vortos approvals list` shows them"
             )
-        self._authorize(actor, Operation.VIEW, found.tenant)
         return found
 
     def approve(self, approval_id: str, *, actor: str, tenant: str | None = None) -> Approval:

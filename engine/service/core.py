@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
-from engine.domain.access import Operation
+from engine.domain.access import EVERY_TENANT, Operation, TenantScope
 from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, GatedOperation
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
@@ -69,15 +69,12 @@ class ServiceCore:
         self.commands = commands
 
     # -- reads ------------------------------------------------------------------------------
+    # With access control, `actor` is who reads: a read names a tenant it may view (else
+    # PermissionDenied, before anything is looked up) or is narrowed to the tenants it may.
 
-    def get(self, name: str, *, tenant: str = DEFAULT_TENANT) -> Schedule:
-        schedule = self._storage.schedules.find_by_name(tenant, name)
-        if schedule is None:
-            raise NotFound(
-                f"no schedule named {name!r} in tenant {tenant!r}: `vortos schedule list` "
-                "shows what exists"
-            )
-        return schedule
+    def get(self, name: str, *, tenant: str = DEFAULT_TENANT, actor: str | None = None) -> Schedule:
+        self._authorize_view(actor, tenant)
+        return self._find(name, tenant)
 
     def schedules(
         self,
@@ -86,13 +83,33 @@ class ServiceCore:
         status: ScheduleStatus | None = None,
         limit: int = 1000,
         offset: int = 0,
+        actor: str | None = None,
     ) -> list[Schedule]:
+        scope = self.scope(actor, tenant)
         return self._storage.schedules.query(
-            ScheduleQuery(tenant=tenant, status=status, limit=limit, offset=offset)
+            ScheduleQuery(
+                tenant=tenant, tenants=scope.tenants, status=status, limit=limit, offset=offset
+            )
         )
 
-    def runs(self, query: RunQuery) -> list[Run]:
-        return self._storage.runs.query(query)
+    def runs(self, query: RunQuery, *, actor: str | None = None) -> list[Run]:
+        scope = self.scope(actor, query.tenant)
+        return self._storage.runs.query(replace(query, tenants=scope.tenants))
+
+    def run(self, run_id: int, *, actor: str | None = None) -> Run:
+        """One run by id; a run of a tenant the actor may not view is not found, as if absent."""
+        run = self._storage.runs.get(run_id)
+        if run is None or not self.scope(actor).allows(run.tenant):
+            raise NotFound(f"no run {run_id}: `vortos runs list` shows the runs")
+        return run
+
+    def scope(self, actor: str | None, tenant: str | None = None) -> TenantScope:
+        """The tenants `actor` may view (within `tenant`, when given: refused if not)."""
+        if self.access is None:
+            return EVERY_TENANT.narrow(tenant)
+        if tenant is not None:
+            self._authorize_view(actor, tenant)
+        return self.access.scope(self._reader(actor)).narrow(tenant)
 
     def preview(
         self,
@@ -101,11 +118,12 @@ class ServiceCore:
         tenant: str = DEFAULT_TENANT,
         count: int = 10,
         after_ms: int | None = None,
+        actor: str | None = None,
     ) -> list[PreviewSlot]:
         """The next `count` slots after `after_ms` (default: now), marking DST effects."""
         if not 1 <= count <= PREVIEW_MAX:
             raise InvalidInput(f"count {count} is out of range: use 1 to {PREVIEW_MAX}")
-        schedule = self.get(name, tenant=tenant)
+        schedule = self.get(name, tenant=tenant, actor=actor)
         return preview_slots(
             schedule, self._clock.now_ms() if after_ms is None else after_ms, count
         )
@@ -269,6 +287,25 @@ class ServiceCore:
         if self.access is not None:
             self.access.authorize(actor, operation, tenant)
 
+    def _authorize_view(self, actor: str | None, tenant: str | None) -> None:
+        if self.access is not None:
+            self.access.authorize(self._reader(actor), Operation.VIEW, tenant)
+
+    def _reader(self, actor: str | None) -> str:
+        if actor is None:
+            # A programming error, not an operator's: reads through access control say who.
+            raise TypeError("this service checks access: pass actor= to its reads")
+        return actor
+
+    def _find(self, name: str, tenant: str) -> Schedule:
+        schedule = self._storage.schedules.find_by_name(tenant, name)
+        if schedule is None:
+            raise NotFound(
+                f"no schedule named {name!r} in tenant {tenant!r}: `vortos schedule list` "
+                "shows what exists"
+            )
+        return schedule
+
     @contextmanager
     def _changing(self, actor: str, operation: Operation, tenant: str | None) -> Iterator[None]:
         """One transaction for a change, its audit entry and its authorisation (decided again
@@ -309,7 +346,8 @@ class ServiceCore:
         )
 
     def _current(self, name: str, tenant: str, expected_version: int | None) -> Schedule:
-        schedule = self.get(name, tenant=tenant)
+        # Called after the change was authorised in `tenant`, which includes viewing it.
+        schedule = self._find(name, tenant)
         if expected_version is not None and schedule.version != expected_version:
             raise StaleVersion(
                 f"schedule {name!r} changed since it was read (version {expected_version}, now "

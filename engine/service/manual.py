@@ -103,7 +103,7 @@ class ManualFires(ServiceCore):
                 f"the backfill end {iso_utc(end_ms)} is in the future: a backfill covers past "
                 "slots (later ones fire on schedule); give an end at or before now"
             )
-        schedule = self.get(name, tenant=tenant)
+        schedule = self._find(name, tenant)
         self._check_payload(schedule)
         limit = BACKFILL_HARD_LIMIT if confirmed else BACKFILL_CONFIRM_OVER
         slots = _slots_between(schedule, start_ms, end_ms, limit)

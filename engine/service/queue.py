@@ -17,12 +17,20 @@ DEAD_LETTER_PAGE_MAX = 10_000
 
 
 class DeadLetters(ServiceCore):
-    def dead_letters(self, *, tenant: str | None = None, limit: int = 100) -> list[Fire]:
+    def dead_letters(
+        self, *, tenant: str | None = None, limit: int = 100, actor: str | None = None
+    ) -> list[Fire]:
         """Fires dead-lettered or failed for good, oldest run first."""
         if not 1 <= limit <= DEAD_LETTER_PAGE_MAX:
             raise InvalidInput(f"limit {limit} is out of range: use 1 to {DEAD_LETTER_PAGE_MAX}")
+        scope = self.scope(actor, tenant)
         return self._storage.fire_queue.read(
-            FireQuery(tenant=tenant, states=frozenset({FireState.DISCARDED}), limit=limit)
+            FireQuery(
+                tenant=tenant,
+                tenants=scope.tenants,
+                states=frozenset({FireState.DISCARDED}),
+                limit=limit,
+            )
         )
 
     def requeue(

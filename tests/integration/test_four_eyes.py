@@ -57,7 +57,7 @@ def governed(tmp_path: Path, clock: ManualClock) -> Iterator[Engine]:
 
 
 def manual_runs(engine: Engine) -> int:
-    runs = engine.service.runs(RunQuery(tenant="acme", limit=1000))
+    runs = engine.service.runs(RunQuery(tenant="acme", limit=1000), actor="vera")
     return sum(1 for r in runs if r.kind is RunKind.MANUAL)
 
 
@@ -152,7 +152,7 @@ def test_creating_and_resuming_a_sensitive_schedule_wait_for_approval(governed: 
     with pytest.raises(ApprovalRequired) as waiting:
         governed.service.create(spec, actor="olga")
     with pytest.raises(NotFound):
-        governed.service.get("bonus", tenant="acme")
+        governed.service.get("bonus", tenant="acme", actor="vera")
     governed.service.approve(waiting.value.approval.id, actor="bea")
     governed.service.create(spec, actor="olga")
     governed.service.pause("bonus", actor="olga", tenant="acme")

@@ -3,6 +3,7 @@ CLI and the console run it), and through the CLI."""
 
 from __future__ import annotations
 
+import getpass
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,7 +62,7 @@ def test_an_operator_changes_their_tenant_and_nothing_else(governed: Engine) -> 
 
 
 def test_a_viewer_is_refused_every_change_with_the_missing_role_named(governed: Engine) -> None:
-    before = governed.service.get("report", tenant="acme")
+    before = governed.service.get("report", tenant="acme", actor="vera")
     for change in (
         lambda: governed.service.pause("report", actor="vera", tenant="acme"),
         lambda: governed.service.trigger("report", actor="vera", tenant="acme"),
@@ -70,7 +71,7 @@ def test_a_viewer_is_refused_every_change_with_the_missing_role_named(governed: 
     ):
         with pytest.raises(PermissionDenied, match="needs the operator role there"):
             change()
-    assert governed.service.get("report", tenant="acme") == before
+    assert governed.service.get("report", tenant="acme", actor="vera") == before
 
 
 def test_an_account_with_no_grant_is_refused_once_a_database_has_operators(
@@ -147,3 +148,28 @@ def test_operators_cli_grants_lists_and_revokes(tmp_path: Path) -> None:
     bad = run_cli("operators", "grant", "alice", "overlord", db=db)
     assert bad.code == 2
     assert "unknown role 'overlord'" in bad.stderr
+
+
+def test_the_cli_shows_an_account_scoped_to_one_tenant_only_that_tenant(tmp_path: Path) -> None:
+    db = tmp_path / "vortos.db"
+    me = getpass.getuser()
+    with open_engine(db, clock=ManualClock(T0)) as engine:
+        for tenant in ("acme", "globex"):
+            engine.service.create(spec("report", tenant), actor="setup")
+            engine.service.trigger("report", actor="setup", tenant=tenant)
+        engine.storage.operators.grant(Grant("somebody-else", Role.ADMIN), by="test", at=T0)
+        engine.storage.operators.grant(Grant(me, Role.VIEWER, "acme"), by="test", at=T0)
+    listed = run_cli("schedule", "list", "--json", db=db)
+    assert listed.code == 0, listed.stderr
+    assert [s["tenant"] for s in json.loads(listed.stdout)] == ["acme"]
+    runs = run_cli("runs", "list", "--json", db=db)
+    assert [r["tenant"] for r in json.loads(runs.stdout)] == ["acme"]
+    chains = run_cli("audit", "tail", "--json", db=db)
+    assert {e["chain"] for e in json.loads(chains.stdout)} == {"tenant:acme"}
+    other = run_cli("schedule", "show", "report", "--tenant", "globex", db=db)
+    assert other.code == 4
+    assert f"{me} may not view in tenant globex" in other.stderr
+    assert run_cli("runs", "show", "2", db=db).code == 3  # globex's run: not found
+    export = run_cli("audit", "export", "--chain", "tenant:globex", db=db)
+    assert export.code == 4
+    assert export.stdout == ""

@@ -14,7 +14,7 @@ from engine.domain.errors import InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
 from engine.governance.audit import Verification, export, read_export, verify, verify_export
 from engine.governance.keys import key_source, load_keyring, rotate_key_file
-from vortos_tui.cli.context import open_existing, open_for_read, state
+from vortos_tui.cli.context import open_existing, open_for_read, operator, state
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 
 app = typer.Typer(
@@ -121,13 +121,9 @@ def verify_(
         return
     with open_existing(ctx) as engine:
         keys = load_keyring(cli.db, create=False)
-        known = set(engine.storage.audit.chains())
-        for chain in [*(chains or []), *expect]:
-            if chain not in known:
-                raise InvalidInput(
-                    f"no audit chain {chain!r} (chains: {', '.join(sorted(known)) or 'none'})"
-                )
-        result = verify(engine.storage.audit, keys, chains=chains, full=full, expect=expect)
+        engine.service.audit_chains(actor=operator(), wanted=list(expect))  # each exists
+        readable = engine.service.audit_chains(actor=operator(), wanted=chains)
+        result = verify(engine.storage.audit, keys, chains=readable, full=full, expect=expect)
         _report(result, as_json)
 
 
@@ -142,11 +138,12 @@ def export_(
 ) -> None:
     """Every entry as JSON lines, chain by chain, for archiving or `verify --file`."""
     with open_for_read(ctx) as engine:
+        readable = engine.service.audit_chains(actor=operator(), wanted=chains)
         if output is None:
-            count = export(engine.storage.audit, sys.stdout, chains=chains)
+            count = export(engine.storage.audit, sys.stdout, chains=readable)
         else:
             with output.open("w", encoding="utf-8") as handle:
-                count = export(engine.storage.audit, handle, chains=chains)
+                count = export(engine.storage.audit, handle, chains=readable)
         say(f"exported {count} audit entr{'y' if count == 1 else 'ies'}")
 
 
@@ -160,7 +157,7 @@ def tail(
 ) -> None:
     """The newest entries, newest first."""
     with open_for_read(ctx) as engine:
-        entries = engine.storage.audit.latest(chain, limit=count)
+        entries = engine.service.audit_latest(actor=operator(), chain=chain, limit=count)
     if as_json:
         emit_json([entry.to_json() for entry in entries])
         return

@@ -60,7 +60,8 @@ def open_existing(ctx: typer.Context) -> Engine:
 
 
 def open_for_read(ctx: typer.Context) -> Engine:
-    return open_engine(state(ctx).db, create=False, readonly=True)
+    """Reads see only the tenants the operator may view."""
+    return open_engine(state(ctx).db, create=False, readonly=True, enforce=True)
 
 
 def operator() -> str:

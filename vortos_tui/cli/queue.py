@@ -40,7 +40,7 @@ def list_(
     """Dead letters, oldest run first: fires that failed every attempt, failed for good, or
     were abandoned too often."""
     with open_for_read(ctx) as engine:
-        fires = engine.service.dead_letters(tenant=tenant, limit=limit)
+        fires = engine.service.dead_letters(tenant=tenant, limit=limit, actor=operator())
         now = engine.clock.now_ms()
         if as_json:
             emit_json([fire_json(f, now) for f in fires])

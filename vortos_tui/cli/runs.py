@@ -7,11 +7,11 @@ from typing import Annotated
 import typer
 
 from engine import RunState
-from engine.domain.errors import InvalidInput, NotFound
+from engine.domain.errors import InvalidInput
 from engine.domain.schedule import DEFAULT_TENANT
 from engine.domain.timeutil import parse_instant
 from engine.ports import RunQuery
-from vortos_tui.cli.context import open_for_read
+from vortos_tui.cli.context import open_for_read, operator
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 from vortos_tui.cli.views import run_json, run_table, runs_table
 
@@ -47,7 +47,9 @@ def list_(
     with open_for_read(ctx) as engine:
         schedule_id = None
         if schedule is not None:
-            schedule_id = engine.service.get(schedule, tenant=tenant or DEFAULT_TENANT).id
+            schedule_id = engine.service.get(
+                schedule, tenant=tenant or DEFAULT_TENANT, actor=operator()
+            ).id
         runs = engine.service.runs(
             RunQuery(
                 tenant=tenant,
@@ -56,7 +58,8 @@ def list_(
                 since_ms=since_ms,
                 until_ms=until_ms,
                 limit=limit,
-            )
+            ),
+            actor=operator(),
         )
         if as_json:
             emit_json([run_json(r) for r in runs])
@@ -76,9 +79,7 @@ def show(
     """One run in full: when it was due, dispatched, started and finished, by whom, its
     attempts, error and output tail."""
     with open_for_read(ctx) as engine:
-        run = engine.storage.runs.get(run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}: `vortos runs list` shows the runs")
+        run = engine.service.run(run_id, actor=operator())
         if as_json:
             emit_json(run_json(run))
         else:

@@ -239,7 +239,9 @@ def list_(
 ) -> None:
     """List schedules, the soonest due first."""
     with open_for_read(ctx) as engine:
-        schedules = engine.service.schedules(tenant=tenant, status=status, limit=limit)
+        schedules = engine.service.schedules(
+            tenant=tenant, status=status, limit=limit, actor=operator()
+        )
         if as_json:
             emit_json([schedule_json(s) for s in schedules])
         elif not schedules:
@@ -255,7 +257,7 @@ def show(
 ) -> None:
     """Show one schedule in full."""
     with open_for_read(ctx) as engine:
-        schedule = engine.service.get(name, tenant=tenant)
+        schedule = engine.service.get(name, tenant=tenant, actor=operator())
         if as_json:
             emit_json(schedule_json(schedule))
         else:
@@ -273,7 +275,7 @@ def preview(
 ) -> None:
     """The next fire instants, in the schedule's zone and in UTC, with DST marks."""
     with open_for_read(ctx) as engine:
-        slots = engine.service.preview(name, tenant=tenant, count=count)
+        slots = engine.service.preview(name, tenant=tenant, count=count, actor=operator())
         if as_json:
             emit_json([preview_json(s) for s in slots])
         elif not slots:
@@ -383,7 +385,7 @@ def backfill(
     """Dispatch every slot of the schedule in [--from, --to) that never fired, as backfill
     runs. Run it twice and nothing fires twice: slots already dispatched are left alone."""
     with open_existing(ctx) as engine:
-        zone_of = engine.service.get(name, tenant=tenant).timezone
+        zone_of = engine.service.get(name, tenant=tenant, actor=operator()).timezone
         report = engine.service.backfill(
             name,
             start_ms=_instant_option("--from", start, zone_of),

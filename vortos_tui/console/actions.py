@@ -79,7 +79,7 @@ class ConsoleActions:
         raises StaleRow, or the service's own errors (InvalidInput, StorageError, ...)."""
         service = self._service_engine().service
         try:
-            current = service.get(ref.name, tenant=ref.tenant)
+            current = service.get(ref.name, tenant=ref.tenant, actor=self.operator)
         except NotFound:
             raise StaleRow(
                 f"{ref.label} no longer exists: it was deleted; nothing was done"
@@ -127,9 +127,12 @@ class ConsoleActions:
         return f"rejected {done.id}: {done.operation.value} of {done.tenant}/{done.schedule}"
 
     def verify_audit(self) -> Verification:
-        """Verify every audit chain from its last verification (and record how far)."""
-        audit = self._service_engine().storage.audit
-        return verify(audit, audit.keys())
+        """Verify the audit chains this operator may read, each from its last verification
+        (and record how far)."""
+        engine = self._service_engine()
+        audit = engine.storage.audit
+        chains = engine.service.audit_chains(actor=self.operator)
+        return verify(audit, audit.keys(), chains=chains)
 
     def close(self) -> None:
         with self._lock:

@@ -39,13 +39,14 @@ class ConsoleContext:
     model: ReadModel
     clock: Clock
     zone: ZoneInfo
-    operator: str
+    operator: str  # who acts and reads: the OS account running the console
     actions: ConsoleActions | None  # None: read-only, every verb hidden
     node: Callable[[], NodeStatus] = attached
     refresh_s: float = DEFAULT_REFRESH_S
     page_size: int = DEFAULT_PAGE
     start_view: str = "schedules"
     read_only_reason: str = "--read-only"  # said in the header when actions is None
+    operator_label: str | None = None  # how the header names the operator (default: operator)
 
     @property
     def read_only(self) -> bool:

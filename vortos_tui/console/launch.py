@@ -61,7 +61,9 @@ def run_console(
     commands = cli.commands()  # import the app (and refuse a broken one) before anything else
     if demo:
         demo_commands(commands)
-    who = operator_label or operator()
+    # The label only names the session on screen (web: "alice (web)"); every read and every
+    # change is the OS account's, whatever the label says.
+    who = operator()
     engine: Engine | None = None
     host: EngineHost | None = None
     if attach:
@@ -86,10 +88,11 @@ def run_console(
         )
     context = ConsoleContext(
         db_label=str(cli.db),
-        model=open_read_model(cli.db),
+        model=open_read_model(cli.db, operator=who),
         clock=SystemClock(),
         zone=zone_info,
         operator=who,
+        operator_label=operator_label,
         actions=actions,
         refresh_s=refresh_s,
     )

@@ -43,7 +43,7 @@ class ConsoleHeader(Static):
         top.append("  node ")
         top.append(node.role.value, style=ROLE_STYLE[node.role])
         top.append("  op ")
-        top.append(ctx.operator, style="bold")
+        top.append(ctx.operator_label or ctx.operator, style="bold")
         if ctx.read_only:
             top.append(" (read-only)", style="yellow")
         top.append("  ")

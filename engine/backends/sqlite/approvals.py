@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.backends.sqlite.connection import ConnectionPool, Row, rows, storage_errors, write_tx
+from engine.backends.sqlite.connection import (
+    ConnectionPool,
+    Row,
+    rows,
+    storage_errors,
+    tenants_clause,
+    write_tx,
+)
 from engine.domain.approvals import Approval, ApprovalState, GatedOperation
 from engine.domain.audit import canonical
 
@@ -82,12 +89,22 @@ class SqliteApprovalStore:
         return approval_from_row(found[0]) if found else None
 
     def list(
-        self, *, tenant: str | None = None, state: ApprovalState | None = None, limit: int = 100
+        self,
+        *,
+        tenant: str | None = None,
+        state: ApprovalState | None = None,
+        limit: int = 100,
+        tenants: frozenset[str] | None = None,
     ) -> list[Approval]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if tenant is not None:
             where.append("tenant = ?")
             args.append(tenant)
+        scoped, scope_args = tenants_clause("tenant", tenants)
+        if scoped is not None:
+            where.append(scoped)
+            args += scope_args
         if state is not None:
             where.append("state = ?")
             args.append(state.value)

@@ -267,6 +267,15 @@ def scalar(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> Any:
     return None if row is None else row[0]
 
 
+def tenants_clause(column: str, tenants: frozenset[str] | None) -> tuple[str | None, list[str]]:
+    """The SQL condition keeping only rows of `tenants` (None: every tenant, no condition)."""
+    if tenants is None:
+        return None, []
+    if not tenants:
+        return "0", []  # a scope with no tenant sees nothing
+    return f"{column} IN ({', '.join('?' * len(tenants))})", sorted(tenants)
+
+
 @contextmanager
 def write_tx(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception.

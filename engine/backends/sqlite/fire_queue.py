@@ -437,6 +437,11 @@ class SqliteFireQueue:
         if query.tenant is not None:
             clauses.append("f.tenant = :tenant")
             args["tenant"] = query.tenant
+        if query.tenants is not None:
+            # Named parameters here: one per tenant of the scope.
+            names = [f"scope{i}" for i in range(len(query.tenants))]
+            clauses.append(f"f.tenant IN ({', '.join(':' + n for n in names)})" if names else "0")
+            args.update(zip(names, sorted(query.tenants), strict=True))
         if query.schedule_id is not None:
             clauses.append("f.schedule_id = :sid")
             args["sid"] = query.schedule_id

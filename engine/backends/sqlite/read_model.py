@@ -33,8 +33,24 @@ from engine.backends.sqlite.codec import (
     run_from_row,
     schedule_from_row,
 )
-from engine.backends.sqlite.connection import APPLICATION_ID, Row, connect, translate
+from engine.backends.sqlite.connection import (
+    APPLICATION_ID,
+    Row,
+    connect,
+    tenants_clause,
+    translate,
+)
 from engine.backends.sqlite.fire_queue import FIRE_COLUMNS, FIRE_FROM, fire_from_row
+from engine.domain.access import (
+    EVERY_TENANT,
+    Grant,
+    Identity,
+    Operation,
+    Role,
+    TenantScope,
+    chain_visible,
+    visible_scope,
+)
 from engine.domain.approvals import Approval
 from engine.domain.audit import GENESIS
 from engine.domain.errors import StorageError
@@ -56,6 +72,7 @@ from engine.ports.read_model import (
     ScheduleDetail,
     ScheduleListQuery,
     ScheduleRow,
+    Viewer,
 )
 
 READ_BUSY_TIMEOUT_MS = 2000
@@ -132,14 +149,38 @@ def _recent(text: str | None) -> tuple[RecentRun, ...]:
     return tuple(out)
 
 
-class SqliteReadModel:
-    """ReadModel on one SQLite file."""
+def _scoped(column: str, scope: TenantScope) -> tuple[str, tuple[str, ...]]:
+    """An " AND ..." keeping only the scope's tenants ("" for every tenant), and its args."""
+    clause, args = tenants_clause(column, scope.tenants)
+    return ("" if clause is None else f" AND {clause}"), tuple(args)
 
-    def __init__(self, path: str | Path) -> None:
+
+class SqliteReadModel:
+    """ReadModel on one SQLite file (narrowed to what `viewer` may see, when given)."""
+
+    def __init__(self, path: str | Path, viewer: Viewer | None = None) -> None:
         self.path = Path(path)
+        self.viewer = viewer
+
+    async def _scope(self, db: aiosqlite.Connection) -> TenantScope:
+        """What the viewer may see, decided on the grants in this snapshot."""
+        if self.viewer is None:
+            return EVERY_TENANT
+        if not await self._one(db, "SELECT count(*) FROM operator_grants"):
+            return EVERY_TENANT  # nobody governs this database yet (see AccessControl)
+        viewer = self.viewer
+        grants = await self._all(
+            db, "SELECT role, tenant FROM operator_grants WHERE operator = ?", (viewer.operator,)
+        )
+        identity = Identity(
+            viewer.operator, tuple(Grant(viewer.operator, Role(r), t) for r, t in grants)
+        )
+        return visible_scope(
+            identity, lambda t: viewer.policy.decide(identity, Operation.VIEW, t).allowed
+        )
 
     @asynccontextmanager
-    async def _snapshot(self) -> AsyncIterator[aiosqlite.Connection]:
+    async def _snapshot(self) -> AsyncIterator[tuple[aiosqlite.Connection, TenantScope]]:
         path = self.path
         if not path.exists():
             raise StorageError(f"no database at {path}: it was moved or deleted")
@@ -159,7 +200,7 @@ class SqliteReadModel:
                     "--db at a Vortos database, or create one with `vortos db init`"
                 )
             try:
-                yield db
+                yield db, await self._scope(db)
             except apsw.Error as exc:
                 raise translate(exc, path) from None
         finally:
@@ -175,33 +216,36 @@ class SqliteReadModel:
         return found[0][0] if found else None
 
     async def overview(self, now_ms: int) -> Overview:
-        async with self._snapshot() as db:
+        async with self._snapshot() as (db, scope):
             lease = await self._all(
                 db,
                 "SELECT holder, acquired_at, renewed_at, expires_at FROM leases WHERE key = ?",
                 (LEADER_LEASE,),
             )
-            total = await self._one(db, "SELECT count(*) FROM schedules")
+            only, args = _scoped("tenant", scope)
+            total = await self._one(db, f"SELECT count(*) FROM schedules WHERE 1{only}", args)
             counts: dict[str, int] = dict(
                 await self._all(
                     db,
-                    "SELECT status, count(*) FROM schedules WHERE status <> 'active' "
+                    f"SELECT status, count(*) FROM schedules WHERE status <> 'active'{only} "
                     "GROUP BY status",
+                    args,
                 )
             )
             open_fires = await self._one(
                 db,
                 "SELECT count(*) FROM fire_queue "
-                "WHERE completed_at IS NULL AND discarded_at IS NULL",
+                f"WHERE completed_at IS NULL AND discarded_at IS NULL{only}",
+                args,
             )
             running = await self._one(
                 db,
                 "SELECT count(*) FROM fire_queue WHERE lease_token IS NOT NULL "
-                "AND consumed_till > ?",
-                (now_ms,),
+                f"AND consumed_till > ?{only}",
+                (now_ms, *args),
             )
             dead = await self._one(
-                db, "SELECT count(*) FROM fire_queue WHERE discarded_at IS NOT NULL"
+                db, f"SELECT count(*) FROM fire_queue WHERE discarded_at IS NOT NULL{only}", args
             )
         return Overview(
             read_at=now_ms,
@@ -212,6 +256,7 @@ class SqliteReadModel:
             open_fires=open_fires,
             running=running,
             dead_letters=dead,
+            scope=scope,
         )
 
     async def schedules(self, query: ScheduleListQuery) -> Page[ScheduleRow]:
@@ -227,10 +272,12 @@ class SqliteReadModel:
         if query.status is not None:
             where.append("status = ?")
             args.append(query.status.value)
-        extra = "".join(f" AND {w}" for w in where)
         columns = f"{SCHEDULE_COLUMNS}, {_RECENT}"
         due_possible = query.status in (None, ScheduleStatus.ACTIVE)
-        async with self._snapshot() as db:
+        async with self._snapshot() as (db, scope):
+            only, scope_args = _scoped("tenant", scope)
+            extra = "".join(f" AND {w}" for w in where) + only
+            args += scope_args
             total = await self._one(
                 db, f"SELECT count(*) FROM schedules WHERE 1{extra}", tuple(args)
             )
@@ -277,8 +324,12 @@ class SqliteReadModel:
         if query.schedule_id is not None:
             where.append("schedule_id = ?")
             args.append(query.schedule_id)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        async with self._snapshot() as db:
+        async with self._snapshot() as (db, scope):
+            scoped, scope_args = tenants_clause("tenant", scope.tenants)
+            if scoped is not None:
+                where.append(scoped)
+                args += scope_args
+            clause = f"WHERE {' AND '.join(where)}" if where else ""
             found = await self._all(
                 db,
                 f"SELECT {RUN_COLUMNS} FROM runs {clause} ORDER BY id DESC LIMIT ? OFFSET ?",
@@ -288,9 +339,12 @@ class SqliteReadModel:
         return Page(runs, offset, None, len(found) > limit)
 
     async def schedule(self, schedule_id: str, *, runs: int = 20) -> ScheduleDetail | None:
-        async with self._snapshot() as db:
+        async with self._snapshot() as (db, scope):
+            only, args = _scoped("tenant", scope)
             found = await self._all(
-                db, f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,)
+                db,
+                f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?{only}",
+                (schedule_id, *args),
             )
             if not found:
                 return None
@@ -303,8 +357,11 @@ class SqliteReadModel:
         return ScheduleDetail(schedule_from_row(found[0]), tuple(run_from_row(r) for r in history))
 
     async def run(self, run_id: int) -> RunDetail | None:
-        async with self._snapshot() as db:
-            found = await self._all(db, f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        async with self._snapshot() as (db, scope):
+            only, args = _scoped("tenant", scope)
+            found = await self._all(
+                db, f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?{only}", (run_id, *args)
+            )
             if not found:
                 return None
             fire = await self._all(
@@ -313,8 +370,10 @@ class SqliteReadModel:
         return RunDetail(run_from_row(found[0]), fire_from_row(fire[0]) if fire else None)
 
     async def audit(self, chain: str | None = None, *, limit: int = 50) -> AuditOverview:
-        async with self._snapshot() as db:
-            chains = [r[0] for r in await self._all(db, AUDIT_CHAINS)]
+        async with self._snapshot() as (db, scope):
+            chains = [r[0] for r in await self._all(db, AUDIT_CHAINS) if chain_visible(scope, r[0])]
+            if chain is not None and chain not in chains:
+                chain = None  # not (or no longer) visible: show the newest visible one
             marks = {
                 r[0]: (r[1], r[2])
                 for r in await self._all(db, "SELECT chain, seq, verified_at FROM audit_verified")
@@ -354,12 +413,13 @@ class SqliteReadModel:
         return AuditOverview(tuple(statuses), chain, tuple(audit_entry_from_row(r) for r in recent))
 
     async def approvals(self, *, limit: int = 100) -> list[Approval]:
-        async with self._snapshot() as db:
+        async with self._snapshot() as (db, scope):
+            only, args = _scoped("tenant", scope)
             found = await self._all(
                 db,
-                f"SELECT {APPROVAL_COLUMNS} FROM approvals "
+                f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE 1{only} "
                 "ORDER BY state = 'pending' DESC, requested_at DESC LIMIT ?",
-                (max(1, min(limit, PAGE_MAX)),),
+                (*args, max(1, min(limit, PAGE_MAX))),
             )
         return [approval_from_row(r) for r in found]
 

@@ -14,6 +14,7 @@ from engine.backends.sqlite.connection import (
     rows,
     scalar,
     storage_errors,
+    tenants_clause,
     write_tx,
 )
 from engine.domain.errors import DuplicateSlot
@@ -86,11 +87,16 @@ class SqliteRunLedger:
             row = first(self._pool.get(), sql, args)
         return None if row is None else run_from_row(row)
 
-    def get(self, run_id: int) -> Run | None:
+    def get(self, run_id: int, tenant: str | None = None) -> Run | None:
         if not 0 < run_id < 2**63:
             return None  # not an id SQLite can hold
+        sql = f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?"
+        args: tuple[Any, ...] = (run_id,)
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args += (tenant,)
         with storage_errors(self._pool.path):
-            row = first(self._pool.get(), f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+            row = first(self._pool.get(), sql, args)
         return None if row is None else run_from_row(row)
 
     def state_of(self, tenant: str | None, slot_key: str) -> RunState | None:
@@ -117,6 +123,10 @@ class SqliteRunLedger:
         if query.tenant is not None:
             clauses.append("tenant = ?")
             args.append(query.tenant)
+        scoped, scope_args = tenants_clause("tenant", query.tenants)
+        if scoped is not None:
+            clauses.append(scoped)
+            args += scope_args
         if query.schedule_id is not None:
             clauses.append("schedule_id = ?")
             args.append(query.schedule_id)

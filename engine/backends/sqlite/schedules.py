@@ -14,6 +14,7 @@ from engine.backends.sqlite.connection import (
     rows,
     scalar,
     storage_errors,
+    tenants_clause,
     write_tx,
 )
 from engine.domain.errors import DuplicateName, NotFound, StaleVersion
@@ -64,6 +65,10 @@ class SqliteScheduleStore:
         if query.tenant is not None:
             clauses.append("tenant = ?")
             args.append(query.tenant)
+        scoped, scope_args = tenants_clause("tenant", query.tenants)
+        if scoped is not None:
+            clauses.append(scoped)
+            args += scope_args
         if query.status is not None:
             clauses.append("status = ?")
             args.append(query.status.value)
