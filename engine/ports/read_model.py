@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from engine.domain.access import EVERY_TENANT, TenantScope
+from engine.domain.access import EVERY_TENANT, Identity, TenantScope
 from engine.domain.approvals import Approval
 from engine.domain.audit import AuditEntry
 from engine.domain.run import Run, RunState
@@ -117,6 +117,9 @@ class Overview:
     running: int  # under a live claim
     dead_letters: int
     scope: TenantScope = EVERY_TENANT
+    # The viewer's grants as read; None when there is no viewer or the database has no
+    # operator yet (then every account may do everything).
+    identity: Identity | None = None
 
 
 @dataclass(frozen=True, slots=True)

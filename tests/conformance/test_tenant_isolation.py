@@ -274,6 +274,10 @@ def test_the_read_model_counts_and_lists_only_the_viewers_tenant(world: World) -
         overview = read(model.overview(world.clock.now_ms()))
         assert (overview.schedules, overview.dead_letters) == (2, 1)
         assert overview.scope.tenants == frozenset({"acme"})
+        assert overview.identity is not None
+        assert {(g.role, g.tenant) for g in overview.identity.grants} == {
+            (Role.OPERATOR if who == "olga" else Role.VIEWER, "acme")
+        }
         page = read(model.schedules(ScheduleListQuery()))
         assert {r.schedule.tenant for r in page.rows} == {"acme"}
         assert page.total == 2

@@ -162,22 +162,28 @@ class SqliteReadModel:
         self.path = Path(path)
         self.viewer = viewer
 
-    async def _scope(self, db: aiosqlite.Connection) -> TenantScope:
-        """What the viewer may see, decided on the grants in this snapshot."""
+    async def _identity(self, db: aiosqlite.Connection) -> Identity | None:
+        """The viewer's grants in this snapshot; None: no viewer, or nobody governs the
+        database yet (every account may do everything, see AccessControl)."""
         if self.viewer is None:
-            return EVERY_TENANT
+            return None
         if not await self._one(db, "SELECT count(*) FROM operator_grants"):
-            return EVERY_TENANT  # nobody governs this database yet (see AccessControl)
+            return None
         viewer = self.viewer
         grants = await self._all(
             db, "SELECT role, tenant FROM operator_grants WHERE operator = ?", (viewer.operator,)
         )
-        identity = Identity(
+        return Identity(
             viewer.operator, tuple(Grant(viewer.operator, Role(r), t) for r, t in grants)
         )
-        return visible_scope(
-            identity, lambda t: viewer.policy.decide(identity, Operation.VIEW, t).allowed
-        )
+
+    async def _scope(self, db: aiosqlite.Connection) -> TenantScope:
+        """What the viewer may see, decided on the grants in this snapshot."""
+        identity = await self._identity(db)
+        if identity is None or self.viewer is None:
+            return EVERY_TENANT
+        policy = self.viewer.policy
+        return visible_scope(identity, lambda t: policy.decide(identity, Operation.VIEW, t).allowed)
 
     @asynccontextmanager
     async def _snapshot(self) -> AsyncIterator[tuple[aiosqlite.Connection, TenantScope]]:
@@ -247,6 +253,7 @@ class SqliteReadModel:
             dead = await self._one(
                 db, f"SELECT count(*) FROM fire_queue WHERE discarded_at IS NOT NULL{only}", args
             )
+            identity = await self._identity(db)
         return Overview(
             read_at=now_ms,
             leader=LeaderView(*lease[0]) if lease else None,
@@ -257,6 +264,7 @@ class SqliteReadModel:
             running=running,
             dead_letters=dead,
             scope=scope,
+            identity=identity,
         )
 
     async def schedules(self, query: ScheduleListQuery) -> Page[ScheduleRow]:
