@@ -44,6 +44,11 @@ CREATE TABLE schedules (
 CREATE INDEX schedules_due ON schedules (next_fire_at)
     WHERE status = 'active' AND next_fire_at IS NOT NULL;
 
+-- Fair dispatch: when one tenant has more due than its share of a dispatch transaction, the
+-- others' due schedules are found here, tenant by tenant, wherever they sit in the due order.
+CREATE INDEX schedules_due_by_tenant ON schedules (tenant, next_fire_at)
+    WHERE status = 'active' AND next_fire_at IS NOT NULL;
+
 -- The console counts schedules by state on every refresh: the few that are not active are read
 -- here, the active ones are the rest. Partial, so it never serves (nor slows) an active-only
 -- query such as the due scan, and dispatch never writes it.

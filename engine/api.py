@@ -27,7 +27,12 @@ from engine.runtime.consumer import (
     FireQueueConsumer,
     SettleListener,
 )
-from engine.runtime.daemon import DEFAULT_LEASE_TTL_MS, DaemonConfig, SchedulerDaemon
+from engine.runtime.daemon import (
+    DEFAULT_LEASE_TTL_MS,
+    DEFAULT_TENANT_CAP,
+    DaemonConfig,
+    SchedulerDaemon,
+)
 from engine.service import ScheduleService
 
 DEFAULT_DB = "vortos.db"
@@ -60,6 +65,7 @@ class Engine:
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
         lookahead_ms: int = 0,
         on_dispatch: Callable[[DispatchReport], None] | None = None,
+        tenant_cap: int | None = DEFAULT_TENANT_CAP,
     ) -> SchedulerDaemon:
         return SchedulerDaemon(
             self.storage,
@@ -68,6 +74,7 @@ class Engine:
                 node_id=node_id or default_node_id(),
                 lease_ttl_ms=lease_ttl_ms,
                 lookahead_ms=lookahead_ms,
+                tenant_cap=tenant_cap,
             ),
             on_dispatch=on_dispatch,
         )

@@ -13,6 +13,7 @@ import pytest
 
 from engine import Engine, ManualClock, open_engine
 from engine.backends.sqlite import SqliteBackend
+from engine.domain.audit import KeyRing
 from engine.domain.timeutil import parse_instant
 
 # A Monday, midnight UTC: far from any DST transition.
@@ -39,8 +40,10 @@ def engine(db_path: Path, clock: ManualClock) -> Iterator[Engine]:
 def storage(
     request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
 ) -> Iterator[SqliteBackend]:
-    """Every backend, for the conformance suites (PostgreSQL joins with its issue)."""
-    backend = SqliteBackend(tmp_path / f"{request.param}.db", clock)
+    """Every backend, for the conformance suites (PostgreSQL joins with its issue), with an
+    audit key (dispatch audits every fire)."""
+    keys = KeyRing([b"conformance-suite-audit-key-0001"])
+    backend = SqliteBackend(tmp_path / f"{request.param}.db", clock, audit_keys=lambda: keys)
     yield backend
     backend.close()
 

@@ -39,6 +39,9 @@ class DispatchReport:
     plans: dict[str, SlotPlan] = field(default_factory=dict)  # by "tenant/name", when slots
     # were skipped or dropped
     failed: dict[str, str] = field(default_factory=dict)  # schedule id -> why it was held back
+    # tenant -> due schedules left for the next transaction because the tenant was over the
+    # per-tenant cap while other tenants had schedules due
+    capped: dict[str, int] = field(default_factory=dict)
 
 
 # Decides, without I/O, which slots of a due schedule fire now, given its cursor (the first
@@ -62,6 +65,11 @@ class DispatchPort(Protocol):
       schedule's cursor to the plan's.
     - A schedule whose definition cannot be decoded or resolved is reported in `failed`, its
       cursor untouched and its next look postponed; the others are dispatched.
+    - With `tenant_cap`, while more is due than `limit` and some tenant has more than
+      `tenant_cap` of the first `limit` due schedules, every tenant with due schedules gets up
+      to `tenant_cap` of them dispatched in this call (wherever they sit in the due order),
+      and the rest of `limit` goes to the soonest due; those left over are in `capped`. One
+      tenant's backlog then never delays another's fires by more than a transaction.
     - A crash at any point leaves either all of it or none of it.
     """
 
@@ -75,6 +83,7 @@ class DispatchPort(Protocol):
         limit: int,
         resolve: Resolver,
         until_ms: int | None = None,
+        tenant_cap: int | None = None,
     ) -> DispatchReport: ...
 
     def next_due_at(self) -> int | None:

@@ -29,6 +29,8 @@ log = logging.getLogger("vortos.daemon")
 DEFAULT_LEASE_TTL_MS = 15_000
 MIN_LEASE_TTL_MS = 1_000
 DEFAULT_BATCH = 2_000  # fires per dispatch transaction
+# Due schedules of one tenant per dispatch transaction while other tenants have some due.
+DEFAULT_TENANT_CAP = 200
 MAX_IDLE_MS = 60_000
 MAX_LOOKAHEAD_MS = 10_000
 # No dispatch once this share of the TTL has passed without a successful renewal: the lease
@@ -49,6 +51,9 @@ class DaemonConfig:
     lookahead_ms: int = 0
     # The shortest sleep after a dispatch transaction that found work.
     coalesce_ms: int = 10
+    # While other tenants have schedules due, one tenant's backlog takes at most this many of
+    # a transaction's due schedules (None or 0: no cap), so it cannot starve the others.
+    tenant_cap: int | None = DEFAULT_TENANT_CAP
 
 
 class SchedulerDaemon:
@@ -107,6 +112,7 @@ class SchedulerDaemon:
                 limit=self.config.batch,
                 resolve=resolver_at(now + self.config.lookahead_ms),
                 until_ms=now + self.config.lookahead_ms,
+                tenant_cap=self.config.tenant_cap,
             )
         except LeaseError as exc:
             self._lose(f"dispatch refused: {exc}")
@@ -247,6 +253,9 @@ class SchedulerDaemon:
                     plan.skipped_missed,
                     plan.dropped_aged,
                 )
+        for tenant, left in report.capped.items():
+            # Debug: during a long backlog this repeats every transaction.
+            log.debug("tenant %s capped: %d due schedule(s) wait for the next batch", tenant, left)
         if self._on_dispatch is not None:
             self._on_dispatch(report)
 

@@ -11,7 +11,7 @@ from engine.api import default_node_id
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.ports.dispatch import DispatchReport
-from engine.runtime.daemon import MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
+from engine.runtime.daemon import DEFAULT_TENANT_CAP, MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
 from vortos_tui.cli.context import open_for_write, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
@@ -52,6 +52,17 @@ def run(
             "at once (a pause within it still stops the slot: consumers skip it).",
         ),
     ] = "0",
+    tenant_cap: Annotated[
+        int,
+        typer.Option(
+            "--tenant-cap",
+            min=0,
+            max=1_000_000,
+            help="While other tenants have schedules due, one tenant's backlog takes at most "
+            "this many due schedules of a dispatch transaction, so it cannot delay the others "
+            "(0: no cap).",
+        ),
+    ] = DEFAULT_TENANT_CAP,
     consumers: Consumers = DEFAULT_CONSUMERS,
     no_consume: Annotated[
         bool,
@@ -113,7 +124,11 @@ def run(
                 consumer.poke()  # run the fires now, not at the consumer's next look
 
         daemon = engine.daemon(
-            node_id=node, lease_ttl_ms=ttl, lookahead_ms=ahead, on_dispatch=dispatched
+            node_id=node,
+            lease_ttl_ms=ttl,
+            lookahead_ms=ahead,
+            on_dispatch=dispatched,
+            tenant_cap=tenant_cap or None,
         )
 
         def stop() -> None:

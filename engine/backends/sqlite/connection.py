@@ -20,7 +20,7 @@ import apsw
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -150,6 +150,13 @@ CREATE TABLE approvals (
     consumed_at  INTEGER
 ) WITHOUT ROWID;
 CREATE INDEX approvals_by_digest ON approvals (tenant, digest, state);
+""",
+    # Tenants: a fair share of each dispatch transaction per tenant.
+    7: """
+-- Fair dispatch: when one tenant has more due than its share of a dispatch transaction, the
+-- others' due schedules are found here, tenant by tenant, wherever they sit in the due order.
+CREATE INDEX schedules_due_by_tenant ON schedules (tenant, next_fire_at)
+    WHERE status = 'active' AND next_fire_at IS NOT NULL;
 """,
 }
 

@@ -7,13 +7,16 @@ lease cannot change hands between the check and the commit.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from typing import Any
+
+import apsw
 
 from engine.backends.sqlite.audit import SqliteAuditLog, append_in
 from engine.backends.sqlite.codec import SCHEDULE_COLUMNS, schedule_from_row
 from engine.backends.sqlite.connection import (
     ConnectionPool,
+    Row,
     first,
     rows,
     scalar,
@@ -27,10 +30,23 @@ from engine.domain.schedule import Schedule, canonical_json
 from engine.domain.slots import slot_key
 from engine.ports.dispatch import DispatchedFire, DispatchReport, Resolver
 
+_ACTIVE = "status = 'active' AND next_fire_at IS NOT NULL"
+_DUE_COLUMNS = "id, version, next_slot_at, tenant, next_fire_at"
 _DUE = (
-    "SELECT id, version, next_slot_at FROM schedules "
-    "WHERE status = 'active' AND next_fire_at IS NOT NULL AND next_fire_at <= ? "
+    f"SELECT {_DUE_COLUMNS} FROM schedules WHERE {_ACTIVE} AND next_fire_at <= ? "
     "ORDER BY next_fire_at LIMIT ?"
+)
+# One tenant's due schedules, through `schedules_due_by_tenant`.
+_DUE_IN_TENANT = (
+    f"SELECT {_DUE_COLUMNS} FROM schedules WHERE {_ACTIVE} AND tenant = ? "
+    "AND next_fire_at <= ? ORDER BY next_fire_at LIMIT ?"
+)
+# The tenants with any active schedule, one index seek each (a skip scan), not a table scan.
+_TENANTS = (
+    "WITH RECURSIVE t(name) AS ("
+    f"SELECT (SELECT min(tenant) FROM schedules WHERE {_ACTIVE}) "
+    f"UNION ALL SELECT (SELECT min(tenant) FROM schedules WHERE {_ACTIVE} AND tenant > t.name) "
+    "FROM t WHERE t.name IS NOT NULL) SELECT name FROM t WHERE name IS NOT NULL"
 )
 _INSERT_RUNS = (
     "INSERT INTO runs (id, tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, "
@@ -76,6 +92,7 @@ class SqliteDispatcher:
         limit: int,
         resolve: Resolver,
         until_ms: int | None = None,
+        tenant_cap: int | None = None,
     ) -> DispatchReport:
         conn = self._pool.get()
         report = DispatchReport()
@@ -85,14 +102,17 @@ class SqliteDispatcher:
                 raise LeaseNotOwned(f"lease {lease_key} is not held by this node")
             if lease[1] <= now_ms:
                 raise LeaseExpired(f"lease {lease_key} expired before dispatch")
-            due = rows(conn, _DUE, (now_ms if until_ms is None else until_ms, limit))
+            until = now_ms if until_ms is None else until_ms
+            due = rows(conn, _DUE, (until, limit))
+            if tenant_cap:
+                due = self._fair(conn, due, until, limit, tenant_cap, report)
             # We hold the write lock: nobody else can insert runs until we commit, so the ids
             # can be handed out here and the rows written with executemany.
             first_id = int(scalar(conn, "SELECT coalesce(max(id), 0) FROM runs")) + 1
             runs: list[DispatchedFire] = []
             fires: list[tuple[Any, ...]] = []
             advances: list[tuple[Any, ...]] = []
-            for sid, version, cursor in due:
+            for sid, version, cursor, _tenant, _due in due:
                 if len(runs) >= limit:
                     report.truncated = True  # the rest stay due for the next transaction
                     break
@@ -150,6 +170,53 @@ class SqliteDispatcher:
             append_in(conn, [fired(run) for run in runs], now_ms, self._audit.keys())
         report.dispatched = runs
         return report
+
+    @staticmethod
+    def _fair(
+        conn: apsw.Connection,
+        due: list[Row],
+        until: int,
+        limit: int,
+        cap: int,
+        report: DispatchReport,
+    ) -> list[Row]:
+        """The due schedules of this transaction, at most `cap` per tenant while another
+        tenant has schedules due.
+
+        The first `limit` due schedules (`due`) are taken as they are unless a tenant holds
+        more than `cap` of them while more is due than fits: another tenant's due schedules
+        may then sit behind them in the due order, and would wait for the whole backlog. So
+        every tenant with due schedules gets up to `cap` of this transaction, found through
+        its own index range; what is left of the transaction goes, in due order, to the
+        tenants over the cap. A tenant alone with a backlog is not slowed down.
+        """
+        if len(due) < limit:
+            return due  # everything due fits: nobody waits
+        per_tenant = Counter(r[3] for r in due)
+        crowding = {t for t, n in per_tenant.items() if n > cap}
+        if not crowding:
+            return due
+        others = [r[0] for r in rows(conn, _TENANTS) if r[0] not in crowding]
+        if not others:
+            return due  # no other tenant has an active schedule: nobody to wait
+        chosen: dict[str, Row] = {}
+        for tenant in others:
+            for r in rows(conn, _DUE_IN_TENANT, (tenant, until, cap)):
+                chosen[r[0]] = r
+        taken = Counter[str]()
+        for r in due:  # the crowding tenants' first `cap`, in due order
+            if r[3] in crowding and taken[r[3]] < cap:
+                chosen[r[0]] = r
+                taken[r[3]] += 1
+        for r in due:  # then what is left of the transaction, in due order
+            if len(chosen) >= limit:
+                break
+            chosen.setdefault(r[0], r)
+        selected = sorted(chosen.values(), key=lambda r: (r[4], r[0]))[:limit]
+        kept = Counter(r[3] for r in selected)
+        report.capped = {t: per_tenant[t] - kept[t] for t in crowding if per_tenant[t] > kept[t]}
+        report.truncated = True  # the crowding tenants have more due
+        return selected
 
     def next_due_at(self) -> int | None:
         with storage_errors(self._pool.path):
