@@ -12,6 +12,7 @@ from engine.backends.sqlite import SqliteBackend
 from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS, inspect_path
 from engine.backends.sqlite.read_model import SqliteReadModel
 from engine.commands import CommandRegistry, builtin_commands
+from engine.control import ControlClient, ControlServer, RemoteService
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
 from engine.governance.keys import load_keyring
@@ -57,6 +58,13 @@ class Engine:
         self.clock = clock
         self.commands = commands
         self.service = ScheduleService(storage, clock, commands, access)
+
+    def serve_control(self, path: Path, *, group: str | None = None) -> ControlServer:
+        """A control socket at `path` for operators' tools (see engine.control); the engine
+        must check access (`open_engine(..., enforce=True)`). Call `.start()` on it."""
+        return ControlServer(
+            self.service, path, group=group, audit=self.storage.audit, keys=self.storage.audit.keys
+        )
 
     def daemon(
         self,
@@ -128,17 +136,24 @@ def open_engine(
     audit_key_file: Path | None = None,
     enforce: bool = False,
     policy: Policy | None = None,
+    control_socket: Path | None = None,
 ) -> Engine:
     """Open (creating or upgrading if needed) the database at `db`.
 
     With `enforce` (or a `policy`), every service change is authorised for its actor by the
     operators' roles (the CLI and the console always enforce); without, the caller is trusted.
 
+    With `control_socket`, the database is opened read-only and every service change is sent
+    to the `vortos run --control-socket` serving that path, which makes it as this process's
+    account (reads stay local, narrowed to what that account may view).
+
     `busy_timeout_ms` is how long a write waits for another process's transaction before it
     fails with StorageError.
     """
     clock = clock or SystemClock()
     path = Path(db)
+    if control_socket is not None:
+        return _open_remote(path, clock, commands, busy_timeout_ms, policy, control_socket)
     storage: SqliteBackend | None = None
 
     def audit_keys() -> KeyRing:
@@ -159,6 +174,24 @@ def open_engine(
     # with the default role-based policy or the one given.
     access = AccessControl(storage, clock, policy) if enforce or policy is not None else None
     return Engine(storage, clock, commands or builtin_commands(), access)
+
+
+def _open_remote(
+    path: Path,
+    clock: Clock,
+    commands: CommandRegistry | None,
+    busy_timeout_ms: int,
+    policy: Policy | None,
+    control_socket: Path,
+) -> Engine:
+    storage = SqliteBackend(
+        path, clock, create=False, readonly=True, busy_timeout_ms=busy_timeout_ms
+    )
+    access = AccessControl(storage, clock, policy)
+    registry = commands or builtin_commands()
+    engine = Engine(storage, clock, registry, access)
+    engine.service = RemoteService(storage, clock, registry, access, ControlClient(control_socket))
+    return engine
 
 
 def open_read_model(

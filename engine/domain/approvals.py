@@ -15,8 +15,20 @@ from typing import Any
 
 from engine.domain.audit import canonical
 from engine.domain.errors import InvalidInput, VortosError
+from engine.domain.timeutil import SECOND_MS, parse_duration
 
 DEFAULT_APPROVAL_TTL_MS = 24 * 3600 * 1000
+MAX_APPROVAL_TTL_MS = 30 * 24 * 3600 * 1000
+
+
+def approval_ttl_ms(text: str) -> int:
+    """How long a request stays open, and an approval usable, as an operator writes it."""
+    ttl = parse_duration(text, what="approval TTL")
+    if not SECOND_MS <= ttl <= MAX_APPROVAL_TTL_MS:
+        raise InvalidInput(f"approval TTL {text!r} is out of range: use 1s to 30d")
+    return ttl
+
+
 REASON_MIN = 10
 REASON_MAX = 1000
 

@@ -17,6 +17,7 @@ from engine.domain.audit import (
     Checkpoint,
     KeyRing,
     checkpoint_message,
+    parse_point,
 )
 from engine.ports.audit import AuditLog
 
@@ -46,6 +47,18 @@ class ChainReport:
             "first_bad_seq": None if self.problem is None else self.problem.seq,
             "problem": None if self.problem is None else self.problem.reason,
         }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> ChainReport:
+        """A report as `to_json` wrote it (a control socket's verification)."""
+        bad = value.get("first_bad_seq")
+        return cls(
+            chain=str(value["chain"]),
+            head=parse_point(str(value["head"])),
+            resumed_from=int(value["resumed_from"]),
+            checked=int(value["checked"]),
+            problem=None if bad is None else ChainProblem(int(bad), str(value["problem"])),
+        )
 
 
 @dataclass(slots=True)

@@ -6,7 +6,6 @@ import logging
 
 from engine.domain.access import Operation, PermissionDenied
 from engine.domain.approvals import (
-    DEFAULT_APPROVAL_TTL_MS,
     Approval,
     ApprovalState,
     validate_reason,
@@ -19,8 +18,6 @@ log = logging.getLogger("vortos.service")
 
 
 class Approvals(ServiceCore):
-    approval_ttl_ms = DEFAULT_APPROVAL_TTL_MS
-
     def approvals(
         self,
         *,

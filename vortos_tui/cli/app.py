@@ -49,9 +49,23 @@ def main(
             "Adds to VORTOS_PROCESS_ALLOW (paths separated by ':').",
         ),
     ] = None,
+    control_socket: Annotated[
+        Path | None,
+        typer.Option(
+            "--control-socket",
+            envvar="VORTOS_CONTROL_SOCKET",
+            help="Send every change through this `vortos run --control-socket`, which makes it "
+            "as your account; the database is then only read here.",
+        ),
+    ] = None,
 ) -> None:
     """Vortos: exactly-once periodic job scheduler."""
-    ctx.obj = CliState(db=db_path, app=app_modules, allow_exec=list(allow_exec or []))
+    ctx.obj = CliState(
+        db=db_path,
+        app=app_modules,
+        allow_exec=list(allow_exec or []),
+        control_socket=control_socket,
+    )
 
 
 app.command("run", epilog=EXIT_CODES)(run)

@@ -9,10 +9,18 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from engine.control import RemoteService
 from engine.domain.audit import ChainPoint, parse_point
 from engine.domain.errors import InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
-from engine.governance.audit import Verification, export, read_export, verify, verify_export
+from engine.governance.audit import (
+    ChainReport,
+    Verification,
+    export,
+    read_export,
+    verify,
+    verify_export,
+)
 from engine.governance.keys import key_source, load_keyring, rotate_key_file
 from vortos_tui.cli.context import open_existing, open_for_read, operator, state
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
@@ -119,6 +127,17 @@ def verify_(
                 raise InvalidInput(f"{from_file}: {exc}") from None
         _report(result, as_json)
         return
+    if cli.control_socket is not None:
+        # The key is the service account's: the server verifies, and records how far.
+        with open_existing(ctx) as engine:
+            assert isinstance(engine.service, RemoteService)
+            reports = engine.service.audit_verify(chains=chains, full=full, expect=expect)
+        try:
+            found = Verification([ChainReport.from_json(r) for r in reports])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInput(f"the control socket's verification is malformed: {exc}") from None
+        _report(found, as_json)
+        return
     with open_existing(ctx) as engine:
         keys = load_keyring(cli.db, create=False)
         engine.service.audit_chains(actor=operator(), wanted=list(expect))  # each exists
@@ -184,6 +203,11 @@ def tail(
 def rotate_key(ctx: typer.Context) -> None:
     """Add a new signing key to the key file; older keys stay, so old entries still verify."""
     cli = state(ctx)
+    if cli.control_socket is not None:
+        raise InvalidInput(
+            "the audit key belongs to the account that runs `vortos run --control-socket`: "
+            "rotate it as that account, without --control-socket"
+        )
     where, path = key_source(cli.db)
     if path is None:
         raise InvalidInput(

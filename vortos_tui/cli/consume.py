@@ -7,7 +7,7 @@ import logging
 import typer
 
 from engine.api import default_node_id
-from vortos_tui.cli.context import open_for_write, state
+from vortos_tui.cli.context import open_to_serve, state
 from vortos_tui.cli.output import handles_errors
 from vortos_tui.cli.workers import (
     DEFAULT_CONSUMERS,
@@ -46,7 +46,7 @@ def consume(
     node = node_id or default_node_id()
     cli = state(ctx)
     names = cli.commands().names()
-    with open_for_write(ctx) as engine:
+    with open_to_serve(ctx) as engine:
         consumer = build_consumer(engine, node, settings)
         on_stop_signals(consumer.stop)
         log.info(

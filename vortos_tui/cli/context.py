@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from engine import (
     load_app,
     open_engine,
 )
+from engine.domain.approvals import approval_ttl_ms
+from engine.domain.errors import InvalidInput
 
 
 @dataclass(slots=True)
@@ -24,6 +27,8 @@ class CliState:
     db: Path
     app: str | None = None  # --app / VORTOS_APP: modules with @schedulable commands
     allow_exec: list[str] = field(default_factory=list)  # --allow-exec, beside VORTOS_PROCESS_ALLOW
+    # --control-socket / VORTOS_CONTROL_SOCKET: changes go through `vortos run`'s socket
+    control_socket: Path | None = None
     _app: App | None = None
     _commands: CommandRegistry | None = None
 
@@ -48,15 +53,51 @@ def state(ctx: typer.Context) -> CliState:
 
 
 def open_for_write(ctx: typer.Context) -> Engine:
-    """Every change is authorised by the operator's roles (the OS account running the CLI)."""
+    """Every change is authorised by the operator's roles (the OS account running the CLI).
+    With a control socket, changes go through it (the database must exist)."""
     cli = state(ctx)
-    return open_engine(cli.db, create=True, commands=cli.commands(), enforce=True)
+    if cli.control_socket is not None:
+        return open_existing(ctx)
+    return _with_approval_ttl(
+        open_engine(cli.db, create=True, commands=cli.commands(), enforce=True)
+    )
 
 
 def open_existing(ctx: typer.Context) -> Engine:
-    """For changes to what is stored: a missing database is an error, not created."""
+    """For changes to what is stored: a missing database is an error, not created. With a
+    control socket, the database is read-only here and changes go through the socket."""
     cli = state(ctx)
-    return open_engine(cli.db, create=False, commands=cli.commands(), enforce=True)
+    return _with_approval_ttl(
+        open_engine(
+            cli.db,
+            create=False,
+            commands=cli.commands(),
+            enforce=True,
+            control_socket=cli.control_socket,
+        )
+    )
+
+
+def _with_approval_ttl(engine: Engine) -> Engine:
+    """Requests this process makes stay open for VORTOS_APPROVAL_TTL (default 24h); through
+    a control socket, the server's setting applies."""
+    text = os.environ.get("VORTOS_APPROVAL_TTL")
+    if text:
+        try:
+            engine.service.four_eyes.ttl_ms = approval_ttl_ms(text)
+        except InvalidInput as exc:
+            engine.close()
+            raise InvalidInput(f"VORTOS_APPROVAL_TTL: {exc}") from None
+    return engine
+
+
+def open_to_serve(ctx: typer.Context) -> Engine:
+    """For `vortos run` and `vortos consume`: the process that owns the database opens it
+    itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket)."""
+    cli = state(ctx)
+    return _with_approval_ttl(
+        open_engine(cli.db, create=True, commands=cli.commands(), enforce=True)
+    )
 
 
 def open_for_read(ctx: typer.Context) -> Engine:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from engine.api import default_node_id
+from engine.domain.approvals import approval_ttl_ms
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.ports.dispatch import DispatchReport
 from engine.runtime.daemon import DEFAULT_TENANT_CAP, MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
-from vortos_tui.cli.context import open_for_write, operator, state
+from vortos_tui.cli.context import open_to_serve, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
 from vortos_tui.cli.workers import (
@@ -63,6 +66,27 @@ def run(
             "(0: no cap).",
         ),
     ] = DEFAULT_TENANT_CAP,
+    control_socket: Annotated[
+        Path | None,
+        typer.Option(
+            "--control-socket",
+            help="Serve operators' changes on this Unix socket (mode 0660), each made as the "
+            "account the kernel reports for the caller. See the README's deployment section.",
+        ),
+    ] = None,
+    control_group: Annotated[
+        str | None,
+        typer.Option("--control-group", help="The group whose members may use the control socket."),
+    ] = None,
+    approval_ttl: Annotated[
+        str,
+        typer.Option(
+            "--approval-ttl",
+            envvar="VORTOS_APPROVAL_TTL",
+            help="How long a four-eyes request stays open for approval, and an approval for "
+            "use (1s to 30d).",
+        ),
+    ] = "24h",
     consumers: Consumers = DEFAULT_CONSUMERS,
     no_consume: Annotated[
         bool,
@@ -95,13 +119,19 @@ def run(
     if ahead > MAX_LOOKAHEAD_MS:
         raise InvalidInput(f"lookahead {lookahead!r} is too long: at most 10s")
     check_node_id(node_id)
+    ttl_ms = approval_ttl_ms(approval_ttl)
+    if control_group is not None and control_socket is None:
+        raise InvalidInput("--control-group needs --control-socket")
     settings = consumer_settings(consumers, claim_ttl, grace)
     node = node_id or default_node_id()
     cli = state(ctx)
     cli.commands()  # import the app (and refuse a broken one) before opening the database
-    with open_for_write(ctx) as engine:
+    with open_to_serve(ctx) as engine, contextlib.ExitStack() as serving:
         # Every fire is audited: without the key there is no dispatching, so say so now.
         engine.storage.audit.keys()
+        engine.service.four_eyes.ttl_ms = ttl_ms
+        if control_socket is not None:
+            serving.enter_context(engine.serve_control(control_socket, group=control_group))
         if cli.app is not None:
             report = engine.service.sync_static(cli.loaded_app().static, actor=operator())
             log.info(

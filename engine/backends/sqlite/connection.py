@@ -241,7 +241,8 @@ def translate(exc: apsw.Error, path: Path) -> StorageError:
         return _refuse(
             path,
             "it is read-only here",
-            "use a writable location, or fix the file's and directory's permissions",
+            "use a writable location, or fix the file's and directory's permissions; where "
+            "changes go through `vortos run --control-socket`, set VORTOS_CONTROL_SOCKET",
         )
     if isinstance(exc, apsw.CantOpenError):
         return _refuse(
@@ -325,7 +326,8 @@ def prepare(path: Path, *, create: bool, write: bool) -> None:
             raise _refuse(
                 path,
                 "it is read-only here",
-                "use a writable location, or fix the file's permissions",
+                "use a writable location, or fix the file's permissions; where changes go "
+                "through `vortos run --control-socket`, set VORTOS_CONTROL_SOCKET",
             )
         # A write transaction serialises creators and upgraders; a reader takes a snapshot so
         # it never sees a schema half-stamped by another process.

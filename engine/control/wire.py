@@ -1,0 +1,149 @@
+"""The control socket's wire format: one JSON object per line each way.
+
+A request is `{"v": 1, "op": NAME, "args": {...}}`; the answer `{"ok": true, "result": {...}}`
+or `{"ok": false, "error": {"type": NAME, "message": TEXT, "exit_code": N, ...}}`. A request
+never says who sends it: the server asks the kernel (SO_PEERCRED).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from engine.domain.approvals import ApprovalRequired
+from engine.domain.errors import InvalidInput, VortosError
+from engine.domain.retry import RetryPolicy
+from engine.domain.schedule import (
+    MisfireKind,
+    MisfirePolicy,
+    OverlapPolicy,
+    ScheduleSpec,
+)
+from engine.domain.triggers import trigger_from_spec
+
+VERSION = 1
+MAX_LINE = 1 << 20  # bytes in one request or answer; a schedule's payload is far smaller
+
+
+class ProtocolError(VortosError):
+    """The other end spoke something that is not this protocol (or broke off)."""
+
+    exit_code = 1
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    if len(line) > MAX_LINE:
+        raise ProtocolError(f"a message of more than {MAX_LINE} bytes")
+    try:
+        value = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ProtocolError("not a JSON object")
+    return value
+
+
+# -- schedule specs -----------------------------------------------------------------------------
+
+
+def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name,
+        "trigger": {"kind": spec.trigger.kind, **spec.trigger.to_spec()},
+        "command": spec.command,
+        "payload": dict(spec.payload),
+        "timezone": spec.timezone,
+        "tenant": spec.tenant,
+        "misfire": {
+            "kind": spec.misfire.kind.value,
+            "catch_up_cap": spec.misfire.catch_up_cap,
+            "max_age_ms": spec.misfire.max_age_ms,
+            "grace_ms": spec.misfire.grace_ms,
+        },
+        "overlap": spec.overlap.value,
+        "jitter_ms": spec.jitter_ms,
+        "sensitive": spec.sensitive,
+        "metadata": dict(spec.metadata),
+        "retry": spec.retry.to_json(),
+    }
+
+
+def spec_from_json(value: Any) -> ScheduleSpec:
+    """A spec as sent; anything malformed is InvalidInput (the service validates the rest)."""
+    try:
+        trigger = dict(value["trigger"])
+        kind = trigger.pop("kind")
+        misfire = value["misfire"]
+        return ScheduleSpec(
+            name=str(value["name"]),
+            trigger=trigger_from_spec(str(kind), trigger),
+            command=str(value["command"]),
+            payload=dict(value["payload"]),
+            timezone=str(value["timezone"]),
+            tenant=str(value["tenant"]),
+            misfire=MisfirePolicy(
+                kind=MisfireKind(misfire["kind"]),
+                catch_up_cap=int(misfire["catch_up_cap"]),
+                max_age_ms=int(misfire["max_age_ms"]),
+                grace_ms=int(misfire["grace_ms"]),
+            ),
+            overlap=OverlapPolicy(value["overlap"]),
+            jitter_ms=int(value["jitter_ms"]),
+            sensitive=bool(value["sensitive"]),
+            metadata={str(k): str(v) for k, v in dict(value["metadata"]).items()},
+            retry=RetryPolicy.from_json(dict(value["retry"])),
+        )
+    except InvalidInput:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidInput(f"malformed schedule in the request: {exc}") from None
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+
+def error_to_json(exc: VortosError) -> dict[str, Any]:
+    found: dict[str, Any] = {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "exit_code": exc.exit_code,
+    }
+    if isinstance(exc, ApprovalRequired):
+        found["approval_id"] = exc.approval.id
+    return found
+
+
+def _error_types() -> dict[str, type[VortosError]]:
+    found: dict[str, type[VortosError]] = {}
+    todo: list[type[VortosError]] = [VortosError]
+    while todo:
+        cls = todo.pop()
+        found.setdefault(cls.__name__, cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+class RemoteError(VortosError):
+    """An error the server reported that this side has no class for; keeps its exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def error_from_json(value: Mapping[str, Any]) -> VortosError:
+    """The server's error as the same class here (so callers catch it as if local); an
+    ApprovalRequired is rebuilt by the caller, who can read the request."""
+    name, message = str(value.get("type")), str(value.get("message"))
+    cls = _error_types().get(name)
+    if cls is None or cls is ApprovalRequired:
+        return RemoteError(message, int(value.get("exit_code", 1)))
+    try:
+        return cls(message)
+    except TypeError:  # a class whose constructor wants more than a message
+        return RemoteError(message, int(value.get("exit_code", 1)))
