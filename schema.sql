@@ -37,6 +37,11 @@ CREATE TABLE schedules (
     origin       TEXT NOT NULL DEFAULT 'dynamic'
                  CHECK (origin = 'dynamic' OR origin = 'static'),
     retry        TEXT NOT NULL DEFAULT '{}',    -- JSON {max_attempts, backoff_ms, backoff_cap_ms}
+    -- Static schedules: the code declares it paused (@scheduled(paused=True)) ...
+    declared_paused INTEGER NOT NULL DEFAULT 0,
+    -- ... and an operator's pause or resume that outlives deploys until cleared:
+    -- JSON {state, by, at, note}, or NULL.
+    override     TEXT,
     UNIQUE (tenant, name)
 );
 

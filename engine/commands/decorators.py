@@ -45,6 +45,7 @@ class StaticSchedule:
 
     spec: ScheduleSpec
     source: str  # module.function, for operators
+    paused: bool = False  # declared paused: it fires once an operator resumes it
 
 
 @overload
@@ -95,6 +96,7 @@ def _renamed(static: StaticSchedule, old: str, command: Command) -> StaticSchedu
             name=command.name if spec.name == old else spec.name,
         ),
         static.source,
+        static.paused,
     )
 
 
@@ -118,10 +120,13 @@ def scheduled(
     retry_backoff: str | None = None,
     retry_backoff_cap: str | None = None,
     metadata: Mapping[str, str] | None = None,
+    paused: bool = False,
 ) -> Callable[[F], F]:
     """Declare a static schedule of the command below it: `cron` (5 fields, or 6 with seconds
     first) or `every` (a duration such as '5m', slots aligned to the Unix epoch). It is created
-    or updated at start (`vortos run --app`), and at runtime can only be paused and resumed."""
+    or updated at start (`vortos run --app`), and at runtime can only be paused and resumed:
+    an operator's pause or resume is an override that outlives deploys until cleared. With
+    `paused=True` the code declares it paused (it fires once an operator resumes it)."""
     if (cron is None) == (every is None):
         raise InvalidInput("@scheduled needs exactly one of cron=... or every=...")
     trigger: Trigger
@@ -162,7 +167,7 @@ def scheduled(
             raise InvalidInput(
                 f"{source} declares two static schedules named {spec.name!r}: pass name=..."
             )
-        declared.append(StaticSchedule(spec, source))
+        declared.append(StaticSchedule(spec, source, paused))
         setattr(target, SCHEDULES_ATTR, declared)
         return target
 

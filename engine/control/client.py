@@ -176,6 +176,20 @@ class RemoteService(ScheduleService):
             )
         )
 
+    def clear_override(
+        self,
+        name: str,
+        *,
+        actor: str,
+        tenant: str = DEFAULT_TENANT,
+        expected_version: int | None = None,
+    ) -> Schedule:
+        return self._schedule(
+            self._call(
+                "clear_override", name=name, tenant=tenant, expected_version=expected_version
+            )
+        )
+
     def delete(
         self,
         name: str,

@@ -162,6 +162,16 @@ def _resume(c: ControlContext, a: Args) -> dict[str, Any]:
     return {"schedule_id": done.id}
 
 
+def _clear_override(c: ControlContext, a: Args) -> dict[str, Any]:
+    done = c.service.clear_override(
+        _text(a, "name"),
+        actor=c.actor,
+        tenant=_text(a, "tenant"),
+        expected_version=_maybe_int(a, "expected_version"),
+    )
+    return {"schedule_id": done.id}
+
+
 def _delete(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.delete(
         _text(a, "name"),
@@ -267,6 +277,7 @@ OPERATIONS: dict[str, Handler] = {
     "create": _create,
     "pause": _pause,
     "resume": _resume,
+    "clear_override": _clear_override,
     "delete": _delete,
     "trigger": _trigger,
     "backfill": _backfill,

@@ -179,6 +179,26 @@ class ScheduleSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class StaticOverride:
+    """An operator's pause or resume of a static (code-declared) schedule. It outlives
+    deploys: until an operator clears it, the schedule stays so whatever the code declares."""
+
+    state: ScheduleStatus  # PAUSED or ACTIVE
+    by: str
+    at: int
+    note: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state.value, "by": self.by, "at": self.at, "note": self.note}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> StaticOverride:
+        return cls(
+            ScheduleStatus(value["state"]), str(value["by"]), int(value["at"]), value.get("note")
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Schedule:
     """A stored schedule.
 
@@ -209,3 +229,11 @@ class Schedule:
     pause_note: str | None = None
     origin: ScheduleOrigin = ScheduleOrigin.DYNAMIC
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Static schedules only: whether the code declares it paused, and an operator's override.
+    declared_paused: bool = False
+    override: StaticOverride | None = None
+
+    @property
+    def declared_status(self) -> ScheduleStatus:
+        """What the code alone would make of a static schedule (ignoring any override)."""
+        return ScheduleStatus.PAUSED if self.declared_paused else ScheduleStatus.ACTIVE

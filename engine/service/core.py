@@ -31,6 +31,7 @@ from engine.domain.schedule import (
     ScheduleOrigin,
     ScheduleSpec,
     ScheduleStatus,
+    StaticOverride,
     validate_jitter,
     validate_metadata,
     validate_name,
@@ -180,26 +181,38 @@ class ServiceCore:
         note: str | None = None,
         expected_version: int | None = None,
     ) -> Schedule:
-        """Stop dispatching. Pausing a paused schedule again only replaces its note, if given."""
+        """Stop dispatching. Pausing a paused schedule again only replaces its note, if given.
+
+        A static schedule's pause is an override: it outlives deploys (whatever the code
+        declares) until an operator resumes the schedule or clears the override."""
         self._authorize(actor, Operation.PAUSE, tenant)
         if note is not None and len(note) > NOTE_MAX:
             raise InvalidInput(f"the note is {len(note)} characters: at most {NOTE_MAX}")
         schedule = self._current(name, tenant, expected_version)
-        if schedule.status is ScheduleStatus.PAUSED and (
-            note is None or note == schedule.pause_note
+        static = schedule.origin is ScheduleOrigin.STATIC
+        if static:
+            _refuse_undeclared(schedule, "paused")
+        if (
+            schedule.status is ScheduleStatus.PAUSED
+            and (note is None or note == schedule.pause_note)
+            and (not static or _overridden(schedule, ScheduleStatus.PAUSED))
         ):
             return schedule
+        now = self._clock.now_ms()
+        override = StaticOverride(ScheduleStatus.PAUSED, actor, now, note) if static else None
         with self._changing(actor, Operation.PAUSE, tenant):
             changed = self._storage.schedules.update(
                 replace(
                     schedule,
                     status=ScheduleStatus.PAUSED,
                     pause_note=note,
-                    updated_at=self._clock.now_ms(),
+                    updated_at=now,
+                    override=override,
                 ),
                 schedule.version,
             )
-            self._record("schedule.paused", actor, changed, note=note)
+            extra = {"override": "paused"} if static else {}
+            self._record("schedule.paused", actor, changed, note=note, **extra)
         log.info("schedule %s/%s paused by %s%s", tenant, name, actor, f": {note}" if note else "")
         return changed
 
@@ -214,19 +227,29 @@ class ServiceCore:
     ) -> Schedule:
         """Dispatch again from the next slot after now: slots missed while paused do not fire,
         unless `catch_up`, which hands them to the schedule's misfire policy (within its
-        maximum catch-up age)."""
+        maximum catch-up age).
+
+        Resuming a static schedule drops an operator's pause; one the code declares paused
+        is then force-resumed: an override that outlives deploys until cleared."""
         self._authorize(actor, Operation.RESUME, tenant)
         schedule = self._current(name, tenant, expected_version)
-        if schedule.status is ScheduleStatus.ACTIVE:
-            return schedule
-        if schedule.status is ScheduleStatus.DISABLED and schedule.origin is ScheduleOrigin.STATIC:
-            raise Conflict(
-                f"schedule {name!r} is disabled: it is no longer declared in the app's code; "
-                "declare it again (it returns at the next `vortos run --app`) or delete it"
-            )
+        static = schedule.origin is ScheduleOrigin.STATIC
+        if static:
+            _refuse_undeclared(schedule, "resumed")
         now = self._clock.now_ms()
-        if catch_up and schedule.next_slot_at is not None:
-            next_slot: int | None = schedule.next_slot_at
+        override = (
+            StaticOverride(ScheduleStatus.ACTIVE, actor, now)
+            if static and schedule.declared_paused
+            else None
+        )
+        if schedule.status is ScheduleStatus.ACTIVE and (
+            not static or (schedule.override is None) == (override is None)
+        ):
+            return schedule
+        if schedule.status is ScheduleStatus.ACTIVE:
+            next_slot: int | None = schedule.next_slot_at  # already firing: the cursor stays
+        elif catch_up and schedule.next_slot_at is not None:
+            next_slot = schedule.next_slot_at
         else:
             first = schedule.trigger.slot_after(now - 1, schedule.timezone)
             next_slot = None if first is None else first.at_ms
@@ -254,10 +277,12 @@ class ServiceCore:
                     next_fire_at=None
                     if next_slot is None
                     else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
+                    override=override,
                 ),
                 schedule.version,
             )
-            self._record("schedule.resumed", actor, changed, catch_up=catch_up)
+            extra = {"override": "active" if override else "cleared"} if static else {}
+            self._record("schedule.resumed", actor, changed, catch_up=catch_up, **extra)
         log.info(
             "schedule %s/%s resumed by %s%s", tenant, name, actor, " (catch-up)" if catch_up else ""
         )
@@ -385,6 +410,19 @@ def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
             )
         raise InvalidInput("the trigger has no future slot")
     return slot.at_ms
+
+
+def _refuse_undeclared(schedule: Schedule, verb: str) -> None:
+    if schedule.status is ScheduleStatus.DISABLED:
+        raise Conflict(
+            f"schedule {schedule.name!r} is disabled: it is no longer declared in the app's "
+            f"code, so it cannot be {verb}; declare it again (it returns at the next "
+            "`vortos run --app`) or delete it"
+        )
+
+
+def _overridden(schedule: Schedule, state: ScheduleStatus) -> bool:
+    return schedule.override is not None and schedule.override.state is state
 
 
 def _refuse_static(schedule: Schedule, verb: str) -> None:

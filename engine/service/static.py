@@ -7,15 +7,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from engine.commands.decorators import StaticSchedule
-from engine.domain.errors import DuplicateName
+from engine.domain.access import Operation
+from engine.domain.approvals import GatedOperation
+from engine.domain.errors import DuplicateName, InvalidInput
 from engine.domain.misfire import due_at
-from engine.domain.schedule import Schedule, ScheduleOrigin, ScheduleSpec, ScheduleStatus
+from engine.domain.schedule import (
+    DEFAULT_TENANT,
+    Schedule,
+    ScheduleOrigin,
+    ScheduleSpec,
+    ScheduleStatus,
+)
 from engine.ports.schedules import ScheduleQuery
 from engine.service.core import ServiceCore, definition, new_schedule, validate_spec
 
 log = logging.getLogger("vortos.service")
 
 UNDECLARED_NOTE = "no longer declared in code"
+DECLARED_PAUSED_NOTE = "declared paused in code"
 
 
 @dataclass(slots=True)
@@ -52,16 +61,23 @@ class StaticSync(ServiceCore):
                 existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
                 if existing is None:
                     created = new_schedule(spec, firsts[_key(spec)], now, ScheduleOrigin.STATIC)
+                    if item.paused:
+                        created = replace(
+                            created,
+                            status=ScheduleStatus.PAUSED,
+                            declared_paused=True,
+                            pause_note=DECLARED_PAUSED_NOTE,
+                        )
                     self._storage.schedules.insert(created)
                     self._record("schedule.created", actor, created, definition=definition(created))
                     report.created.append(label)
-                elif _same_definition(existing, spec) and existing.status is not (
-                    ScheduleStatus.DISABLED
+                elif _same_definition(existing, item) and existing.status is _status(
+                    existing, item.paused
                 ):
                     report.unchanged.append(label)
                 else:
                     updated = self._storage.schedules.update(
-                        _redefined(existing, spec, now), existing.version
+                        _redefined(existing, item, now), existing.version
                     )
                     self._record("schedule.updated", actor, updated, definition=definition(updated))
                     report.updated.append(label)
@@ -92,6 +108,78 @@ class StaticSync(ServiceCore):
         )
         return report
 
+    def clear_override(
+        self,
+        name: str,
+        *,
+        actor: str,
+        tenant: str = DEFAULT_TENANT,
+        expected_version: int | None = None,
+    ) -> Schedule:
+        """Drop an operator's pause or resume of a static schedule: it is again as its code
+        declares (a declared-active schedule fires from the next slot after now)."""
+        self._authorize(actor, Operation.PAUSE, tenant)
+        schedule = self._current(name, tenant, expected_version)
+        if schedule.origin is not ScheduleOrigin.STATIC:
+            raise InvalidInput(
+                f"schedule {name!r} is dynamic: only a static (code-declared) schedule has an "
+                "override to clear; pause or resume it instead"
+            )
+        if schedule.override is None:
+            return schedule
+        target = (
+            ScheduleStatus.DISABLED
+            if schedule.status is ScheduleStatus.DISABLED
+            else schedule.declared_status
+        )
+        activating = target is ScheduleStatus.ACTIVE and schedule.status is not target
+        operation = Operation.RESUME if activating else Operation.PAUSE
+        self._authorize(actor, operation, tenant)
+        approval = (
+            self.four_eyes.check(
+                actor,
+                GatedOperation.RESUME,
+                tenant,
+                name,
+                {"schedule_id": schedule.id, "version": schedule.version, "clear_override": True},
+            )
+            if activating and schedule.sensitive and self.access is not None
+            else None
+        )
+        now = self._clock.now_ms()
+        changed = replace(
+            schedule,
+            status=target,
+            override=None,
+            updated_at=now,
+            pause_note=DECLARED_PAUSED_NOTE
+            if target is ScheduleStatus.PAUSED
+            else (schedule.pause_note if target is ScheduleStatus.DISABLED else None),
+        )
+        if activating:
+            slot = schedule.trigger.slot_after(now - 1, schedule.timezone)
+            at = None if slot is None else slot.at_ms
+            changed = replace(
+                changed,
+                next_slot_at=at,
+                next_fire_at=None
+                if at is None
+                else due_at(schedule.id, at, schedule.timezone, schedule.jitter_ms),
+            )
+        with self._changing(actor, operation, tenant):
+            if approval is not None:
+                self.four_eyes.consume(actor, approval)
+            stored = self._storage.schedules.update(changed, schedule.version)
+            self._record("schedule.override_cleared", actor, stored, status=target.value)
+        log.info(
+            "schedule %s/%s: override cleared by %s, now %s as declared",
+            tenant,
+            name,
+            actor,
+            target.value,
+        )
+        return stored
+
     def _stored_static(self) -> list[Schedule]:
         found: list[Schedule] = []
         offset = 0
@@ -107,9 +195,18 @@ def _key(spec: ScheduleSpec) -> tuple[str, str]:
     return (spec.tenant, spec.name)
 
 
-def _same_definition(s: Schedule, spec: ScheduleSpec) -> bool:
+def _status(s: Schedule, declared_paused: bool) -> ScheduleStatus:
+    """What a declared static schedule's status is: an operator's override, else the code's."""
+    if s.override is not None:
+        return s.override.state
+    return ScheduleStatus.PAUSED if declared_paused else ScheduleStatus.ACTIVE
+
+
+def _same_definition(s: Schedule, item: StaticSchedule) -> bool:
+    spec = item.spec
     return (
-        s.trigger == spec.trigger
+        s.declared_paused == item.paused
+        and s.trigger == spec.trigger
         and s.timezone == spec.timezone
         and s.command == spec.command
         and dict(s.payload) == dict(spec.payload)
@@ -122,9 +219,12 @@ def _same_definition(s: Schedule, spec: ScheduleSpec) -> bool:
     )
 
 
-def _redefined(s: Schedule, spec: ScheduleSpec, now: int) -> Schedule:
-    """`s` with `spec`'s definition. A new trigger, zone or jitter restarts the cursor from now;
-    a pause by an operator survives; a disabled (once undeclared) schedule is active again."""
+def _redefined(s: Schedule, item: StaticSchedule, now: int) -> Schedule:
+    """`s` as `item` declares it. A new trigger, zone or jitter restarts the cursor from now;
+    an operator's override survives; a disabled (once undeclared) schedule returns as declared.
+    A schedule the code no longer declares paused fires from the next slot after now."""
+    spec = item.spec
+    status = _status(s, item.paused)
     changed = replace(
         s,
         trigger=spec.trigger,
@@ -138,10 +238,18 @@ def _redefined(s: Schedule, spec: ScheduleSpec, now: int) -> Schedule:
         metadata=dict(spec.metadata),
         retry=spec.retry,
         updated_at=now,
+        declared_paused=item.paused,
+        status=status,
     )
-    if s.status is ScheduleStatus.DISABLED:
-        changed = replace(changed, status=ScheduleStatus.ACTIVE, pause_note=None)
-    if (s.trigger, s.timezone, s.jitter_ms) != (spec.trigger, spec.timezone, spec.jitter_ms):
+    if status is not s.status:
+        note = s.pause_note if s.override is not None else DECLARED_PAUSED_NOTE
+        changed = replace(changed, pause_note=None if status is ScheduleStatus.ACTIVE else note)
+    restart = status is ScheduleStatus.ACTIVE and s.status is ScheduleStatus.PAUSED
+    if restart or (s.trigger, s.timezone, s.jitter_ms) != (
+        spec.trigger,
+        spec.timezone,
+        spec.jitter_ms,
+    ):
         slot = spec.trigger.slot_after(now - 1, spec.timezone)
         at = None if slot is None else slot.at_ms
         changed = replace(

@@ -22,7 +22,7 @@ from engine import (
 )
 from engine.domain.clock import SystemClock
 from engine.domain.errors import InvalidInput
-from engine.domain.schedule import DEFAULT_TENANT, parse_payload, validate_name
+from engine.domain.schedule import DEFAULT_TENANT, Schedule, parse_payload, validate_name
 from engine.domain.timeutil import DAY_MS, parse_duration, parse_instant
 from engine.service import validate_spec
 from vortos_tui.cli.context import open_existing, open_for_read, open_for_write, operator, state
@@ -299,7 +299,7 @@ def pause(
         if as_json:
             emit_json(schedule_json(schedule))
         else:
-            say(f"paused {schedule.tenant}/{schedule.name}")
+            say(f"paused {schedule.tenant}/{schedule.name}" + _override_said(schedule))
 
 
 @app.command("resume", epilog=EXIT_CODES)
@@ -325,7 +325,34 @@ def resume(
         if as_json:
             emit_json(schedule_json(schedule))
         else:
-            say(f"resumed {schedule.tenant}/{schedule.name}")
+            say(f"resumed {schedule.tenant}/{schedule.name}" + _override_said(schedule))
+
+
+def _override_said(schedule: Schedule) -> str:
+    if schedule.override is None:
+        return ""
+    return (
+        f" (an override of its code, which declares it {schedule.declared_status.value}: it "
+        "stays so across deploys until `vortos schedule clear-override`)"
+    )
+
+
+@app.command("clear-override", epilog=EXIT_CODES)
+@handles_errors
+def clear_override(
+    ctx: typer.Context, name: Name, tenant: Tenant = DEFAULT_TENANT, as_json: Json = False
+) -> None:
+    """Return a static (code-declared) schedule to what its code declares, dropping an
+    operator's pause or resume of it."""
+    with open_existing(ctx) as engine:
+        schedule = engine.service.clear_override(name, tenant=tenant, actor=operator())
+        if as_json:
+            emit_json(schedule_json(schedule))
+        else:
+            say(
+                f"{schedule.tenant}/{schedule.name} is {schedule.status.value}, "
+                "as its code declares"
+            )
 
 
 @app.command("delete", epilog=EXIT_CODES)

@@ -41,6 +41,11 @@ def schedule_json(s: Schedule) -> dict[str, Any]:
         "origin": s.origin.value,
         "status": s.status.value,
         "pause_note": s.pause_note,
+        # Static schedules: what the code declares, and an operator's override of it.
+        "declared_status": s.declared_status.value if s.origin.value == "static" else None,
+        "override": None
+        if s.override is None
+        else {**s.override.to_json(), "at": _instant(s.override.at)},
         "sensitive": s.sensitive,
         "metadata": dict(s.metadata),
         "version": s.version,
@@ -81,11 +86,29 @@ def schedules_table(schedules: list[Schedule], now_ms: int) -> Table:
         else:
             next_fire = iso_local(s.next_fire_at, s.timezone)
             due = in_words(s.next_fire_at - now_ms)
-        status = s.status.value + (" (sensitive)" if s.sensitive else "")
+        status = s.status.value + (" (override)" if s.override else "")
+        status += " (sensitive)" if s.sensitive else ""
         table.add_row(
             s.name, s.tenant, next_fire, due, status, s.trigger.describe(), s.timezone, s.command
         )
     return table
+
+
+def _override_rows(s: Schedule) -> list[tuple[str, str]]:
+    if s.origin.value != "static":
+        return []
+    rows = [("declared", f"{s.declared_status.value} (in code)")]
+    if s.override is not None:
+        o = s.override
+        rows.append(
+            (
+                "override",
+                f"{o.state.value} by {o.by} at {iso_utc(o.at)}"
+                + (f": {o.note}" if o.note else "")
+                + " (`vortos schedule clear-override` returns it to the code's state)",
+            )
+        )
+    return rows
 
 
 def schedule_table(s: Schedule, now_ms: int) -> Table:
@@ -98,6 +121,7 @@ def schedule_table(s: Schedule, now_ms: int) -> Table:
         ("tenant", s.tenant),
         ("id", s.id),
         ("status", s.status.value),
+        *_override_rows(s),
         ("trigger", s.trigger.describe()),
         ("zone", s.timezone),
         ("command", s.command),

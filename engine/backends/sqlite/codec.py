@@ -15,6 +15,7 @@ from engine.domain.schedule import (
     Schedule,
     ScheduleOrigin,
     ScheduleStatus,
+    StaticOverride,
     canonical_json,
 )
 from engine.domain.triggers import trigger_from_spec
@@ -22,7 +23,7 @@ from engine.domain.triggers import trigger_from_spec
 SCHEDULE_COLUMNS = (
     "id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, "
     "jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, "
-    "created_at, updated_at, origin, retry"
+    "created_at, updated_at, origin, retry, declared_paused, override"
 )
 
 RUN_COLUMNS = (
@@ -68,6 +69,8 @@ def schedule_values(s: Schedule) -> tuple[Any, ...]:
         s.updated_at,
         s.origin.value,
         canonical_json(s.retry.to_json()),
+        int(s.declared_paused),
+        None if s.override is None else canonical_json(s.override.to_json()),
     )
 
 
@@ -106,6 +109,8 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         updated,
         origin,
         retry,
+        declared_paused,
+        override,
     ) = row
     m = json.loads(misfire)
     return Schedule(
@@ -132,6 +137,8 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         pause_note=note,
         origin=ScheduleOrigin(origin),
         retry=RetryPolicy.from_json(json.loads(retry)),
+        declared_paused=bool(declared_paused),
+        override=None if override is None else StaticOverride.from_json(json.loads(override)),
     )
 
 

@@ -20,7 +20,7 @@ import apsw
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -157,6 +157,16 @@ CREATE INDEX approvals_by_digest ON approvals (tenant, digest, state);
 -- others' due schedules are found here, tenant by tenant, wherever they sit in the due order.
 CREATE INDEX schedules_due_by_tenant ON schedules (tenant, next_fire_at)
     WHERE status = 'active' AND next_fire_at IS NOT NULL;
+""",
+    # Static overrides: what the code declares, and an operator's pause or resume that outlives
+    # deploys. A static schedule paused before this version was paused by an operator.
+    8: """
+ALTER TABLE schedules ADD COLUMN declared_paused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE schedules ADD COLUMN override TEXT;
+UPDATE schedules
+   SET override = json_object('state', 'paused', 'by', 'an operator (before overrides were kept)',
+                              'at', updated_at, 'note', pause_note)
+ WHERE origin = 'static' AND status = 'paused';
 """,
 }
 
