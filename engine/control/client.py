@@ -142,6 +142,13 @@ class RemoteService(ScheduleService):
     def create(self, spec: ScheduleSpec, *, actor: str) -> Schedule:
         return self._schedule(self._call("create", spec=spec_to_json(spec)))
 
+    def update(
+        self, spec: ScheduleSpec, *, actor: str, expected_version: int | None = None
+    ) -> Schedule:
+        return self._schedule(
+            self._call("update", spec=spec_to_json(spec), expected_version=expected_version)
+        )
+
     def pause(
         self,
         name: str,

@@ -140,6 +140,15 @@ def _create(c: ControlContext, a: Args) -> dict[str, Any]:
     return {"schedule_id": made.id}
 
 
+def _update(c: ControlContext, a: Args) -> dict[str, Any]:
+    done = c.service.update(
+        spec_from_json(a.get("spec")),
+        actor=c.actor,
+        expected_version=_maybe_int(a, "expected_version"),
+    )
+    return {"schedule_id": done.id}
+
+
 def _pause(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.pause(
         _text(a, "name"),
@@ -275,6 +284,7 @@ def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
 OPERATIONS: dict[str, Handler] = {
     "hello": _hello,
     "create": _create,
+    "update": _update,
     "pause": _pause,
     "resume": _resume,
     "clear_override": _clear_override,

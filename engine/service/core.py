@@ -172,6 +172,64 @@ class ServiceCore:
         )
         return schedule
 
+    def update(
+        self,
+        spec: ScheduleSpec,
+        *,
+        actor: str,
+        expected_version: int | None = None,
+    ) -> Schedule:
+        """Replace the definition of the schedule `spec` names (in its tenant) with `spec`;
+        its status, history and id stay. A new trigger, zone or jitter moves the cursor to the
+        first slot after now (the old trigger's missed slots do not fire); otherwise it stays.
+
+        A change to a sensitive schedule, or one that makes a schedule sensitive or no longer
+        sensitive, waits for a second operator. Static schedules change in code."""
+        self._authorize(actor, Operation.UPDATE, spec.tenant)
+        now = self._clock.now_ms()
+        first = validate_spec(spec, self.commands, now)
+        schedule = self._current(spec.name, spec.tenant, expected_version)
+        _refuse_static(schedule, "edited")
+        changed = _redefine(schedule, spec, first, now)
+        if definition(changed) == definition(schedule):
+            return schedule
+        approval = (
+            self.four_eyes.check(
+                actor,
+                GatedOperation.UPDATE,
+                spec.tenant,
+                spec.name,
+                {
+                    "schedule_id": schedule.id,
+                    "version": schedule.version,
+                    "before": definition(schedule),
+                    "definition": definition(changed),
+                },
+            )
+            if (schedule.sensitive or spec.sensitive) and self.access is not None
+            else None
+        )
+        with self._changing(actor, Operation.UPDATE, spec.tenant):
+            if approval is not None:
+                self.four_eyes.consume(actor, approval)
+            stored = self._storage.schedules.update(changed, schedule.version)
+            self._record(
+                "schedule.updated",
+                actor,
+                stored,
+                before=definition(schedule),
+                definition=definition(stored),
+            )
+        log.info(
+            "schedule %s/%s updated by %s (%s, %s)",
+            spec.tenant,
+            spec.name,
+            actor,
+            spec.trigger.describe(),
+            spec.timezone,
+        )
+        return stored
+
     def pause(
         self,
         name: str,
@@ -410,6 +468,33 @@ def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
             )
         raise InvalidInput("the trigger has no future slot")
     return slot.at_ms
+
+
+def _redefine(schedule: Schedule, spec: ScheduleSpec, first_slot: int, now: int) -> Schedule:
+    """`schedule` with `spec`'s definition; a new trigger, zone or jitter restarts the cursor
+    at `first_slot` (the first slot after now)."""
+    changed = replace(
+        schedule,
+        trigger=spec.trigger,
+        timezone=spec.timezone,
+        command=spec.command,
+        payload=dict(spec.payload),
+        misfire=spec.misfire,
+        overlap=spec.overlap,
+        jitter_ms=spec.jitter_ms,
+        sensitive=spec.sensitive,
+        metadata=dict(spec.metadata),
+        retry=spec.retry,
+        updated_at=now,
+    )
+    timing = (spec.trigger, spec.timezone, spec.jitter_ms)
+    if timing != (schedule.trigger, schedule.timezone, schedule.jitter_ms):
+        changed = replace(
+            changed,
+            next_slot_at=first_slot,
+            next_fire_at=due_at(schedule.id, first_slot, spec.timezone, spec.jitter_ms),
+        )
+    return changed
 
 
 def _refuse_undeclared(schedule: Schedule, verb: str) -> None:

@@ -226,6 +226,134 @@ def add(
             stdout.print(schedule_table(schedule, engine.clock.now_ms()))
 
 
+@app.command("edit", epilog=EXIT_CODES)
+@handles_errors
+def edit(
+    ctx: typer.Context,
+    name: Name,
+    command: Annotated[str | None, typer.Option("--command", help="Registered command.")] = None,
+    cron: Annotated[str | None, typer.Option("--cron", help="A new cron trigger.")] = None,
+    every: Annotated[str | None, typer.Option("--every", help="A new fixed interval.")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="A new one-shot instant.")] = None,
+    start: Annotated[
+        str | None, typer.Option("--start", help="First slot of a new --every trigger.")
+    ] = None,
+    payload: Annotated[str | None, typer.Option("--payload", help="A new JSON payload.")] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help="A new IANA time zone.")] = None,
+    misfire: Annotated[
+        MisfireKind | None, typer.Option("--misfire", help="skip, latest or each.")
+    ] = None,
+    catch_up_cap: Annotated[
+        int | None, typer.Option("--catch-up-cap", help="With --misfire each.")
+    ] = None,
+    max_catch_up_age: Annotated[str | None, typer.Option("--max-catch-up-age")] = None,
+    misfire_grace: Annotated[str | None, typer.Option("--misfire-grace")] = None,
+    dst_repeated: Annotated[
+        RepeatedHour | None, typer.Option("--dst-repeated", help="Cron only.")
+    ] = None,
+    dst_missing: Annotated[
+        MissingHour | None, typer.Option("--dst-missing", help="Cron only.")
+    ] = None,
+    overlap: Annotated[OverlapPolicy | None, typer.Option("--overlap")] = None,
+    jitter: Annotated[str | None, typer.Option("--jitter")] = None,
+    tenant: Tenant = DEFAULT_TENANT,
+    sensitive: Annotated[
+        bool | None,
+        typer.Option("--sensitive/--not-sensitive", help="Mark or unmark as sensitive."),
+    ] = None,
+    meta: Annotated[
+        list[str] | None,
+        typer.Option("--meta", help="KEY=VALUE to set (KEY= removes it); repeat for more."),
+    ] = None,
+    max_attempts: Annotated[int | None, typer.Option("--max-attempts")] = None,
+    retry_backoff: Annotated[str | None, typer.Option("--retry-backoff")] = None,
+    retry_backoff_cap: Annotated[str | None, typer.Option("--retry-backoff-cap")] = None,
+    expect_version: Annotated[
+        int | None,
+        typer.Option(
+            "--expect-version", help="Refuse if the schedule changed since you read this version."
+        ),
+    ] = None,
+    as_json: Json = False,
+) -> None:
+    """Change a schedule: only what you give changes. A new trigger, zone or jitter fires
+    from the first slot after now. A sensitive schedule (or making one sensitive or not)
+    needs a second operator's approval."""
+    with open_existing(ctx) as engine:
+        current = engine.service.get(name, tenant=tenant, actor=operator())
+        trigger: Trigger = current.trigger
+        if any(v is not None for v in (cron, every, at)):
+            trigger = build_trigger(
+                cron=cron,
+                every=every,
+                at=at,
+                start=start,
+                tz=tz or current.timezone,
+                repeated=dst_repeated,
+                missing=dst_missing,
+                now_ms=engine.clock.now_ms(),
+            )
+        elif start is not None:
+            raise InvalidInput("--start applies only with a new --every")
+        elif dst_repeated or dst_missing:
+            if not isinstance(trigger, CronTrigger):
+                raise InvalidInput("--dst-repeated and --dst-missing apply only to cron schedules")
+            trigger = CronTrigger(
+                trigger.expression, dst_repeated or trigger.repeated, dst_missing or trigger.missing
+            )
+        kind = misfire or current.misfire.kind
+        if catch_up_cap is not None and kind is not MisfireKind.EACH:
+            raise InvalidInput("--catch-up-cap applies only to --misfire each")
+        metadata = dict(current.metadata)
+        for key, value in parse_meta(meta or []).items():
+            if value:
+                metadata[key] = value
+            else:
+                metadata.pop(key, None)
+        retry = current.retry
+        spec = ScheduleSpec(
+            name=name,
+            trigger=trigger,
+            command=command or current.command,
+            payload=current.payload if payload is None else parse_payload(payload),
+            timezone=tz or current.timezone,
+            tenant=tenant,
+            misfire=MisfirePolicy(
+                kind,
+                current.misfire.catch_up_cap if catch_up_cap is None else catch_up_cap,
+                current.misfire.max_age_ms
+                if max_catch_up_age is None
+                else parse_duration(max_catch_up_age, what="maximum catch-up age"),
+                current.misfire.grace_ms
+                if misfire_grace is None
+                else parse_duration(misfire_grace, what="misfire grace"),
+            ),
+            overlap=overlap or current.overlap,
+            jitter_ms=current.jitter_ms
+            if jitter is None
+            else parse_duration(jitter, what="jitter"),
+            sensitive=current.sensitive if sensitive is None else sensitive,
+            metadata=metadata,
+            retry=RetryPolicy(
+                max_attempts=retry.max_attempts if max_attempts is None else max_attempts,
+                backoff_ms=retry.backoff_ms
+                if retry_backoff is None
+                else parse_duration(retry_backoff, what="retry backoff"),
+                backoff_cap_ms=retry.backoff_cap_ms
+                if retry_backoff_cap is None
+                else parse_duration(retry_backoff_cap, what="retry backoff cap"),
+            ),
+        )
+        updated = engine.service.update(spec, actor=operator(), expected_version=expect_version)
+        if as_json:
+            emit_json(schedule_json(updated))
+        elif updated.version == current.version:
+            say(f"{tenant}/{name} already is so: nothing changed")
+        else:
+            say(f"updated {tenant}/{name} (version {updated.version})")
+            stdout.print(schedule_table(updated, engine.clock.now_ms()))
+
+
 @app.command("list", epilog=EXIT_CODES)
 @handles_errors
 def list_(
