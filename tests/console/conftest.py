@@ -89,7 +89,9 @@ def console_for(seeded_db: Path) -> Iterator[ConsoleFactory]:
             made.append(actions)
         ctx = ConsoleContext(
             db_label="vortos.db",
-            model=open_read_model(db),
+            # As the console reads (see launch): as its operator, so a governed database shows
+            # what they may see and the verbs they may use.
+            model=open_read_model(db, operator=OPERATOR),
             clock=clock,
             zone=ZONE,
             operator=OPERATOR,

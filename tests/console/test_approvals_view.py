@@ -91,11 +91,15 @@ def select(app: VortosConsole, request: str) -> None:
 def test_approvals_view(
     snap_compare: Compare, console_for: ConsoleFactory, seeded_db: Path, size: tuple[int, int]
 ) -> None:
-    requests(seeded_db)
+    ids = requests(seeded_db)
 
     async def settled(pilot: Pilot[None]) -> None:
         app = pilot.app
         assert isinstance(app, VortosConsole)
+        await app.settle()
+        # olga's request, which alice may decide (the two were asked at the same instant, so
+        # which comes first is the store's choice).
+        select(app, ids["olga"])
         await app.settle()
         for _ in range(3):
             await pilot.wait_for_scheduled_animations()

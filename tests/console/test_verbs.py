@@ -38,6 +38,7 @@ from engine.domain.access import Grant, Role
 from engine.ports.runs import RunQuery
 from tests.console.conftest import ConsoleFactory
 from tests.console.seed import NOW, OPERATOR
+from vortos_tui.cli.context import operator
 from vortos_tui.console.actions import ConsoleActions
 from vortos_tui.console.app import VortosConsole
 from vortos_tui.console.dialogs import ConfirmVerb, HelpScreen, JumpTo
@@ -72,7 +73,12 @@ def manual_runs(db: Path) -> int:
 
 
 def cli(db: Path, *args: str) -> None:
-    """Another process changes the database (the `vortos` CLI)."""
+    """Another process changes the database (the `vortos` CLI, as this OS account). That account
+    and the console's operator are both made admins first: the CLI's first change would make
+    only its own account the admin, and the console, reading as OPERATOR, would see nothing."""
+    with open_engine(db, create=False) as trusted:
+        for who in {operator(), OPERATOR}:
+            trusted.storage.operators.grant(Grant(who, Role.ADMIN), by="test", at=NOW)
     done = subprocess.run(
         [sys.executable, "-m", "vortos_tui.cli", "--db", str(db), *args],
         capture_output=True,
@@ -602,12 +608,10 @@ async def test_a_damaged_database_file_degrades_and_recovers_when_restored(
         assert row_names(app) == ROWS
 
 
-async def test_a_verb_the_operator_may_not_use_is_refused_with_the_missing_role(
+async def test_a_verb_offered_before_a_role_change_was_read_is_refused_by_the_service(
     console_for: ConsoleFactory, seeded_db: Path
 ) -> None:
-    with open_engine(seeded_db, create=False) as engine:
-        engine.storage.operators.grant(Grant("root-admin", Role.ADMIN), by="test", at=NOW)
-        engine.storage.operators.grant(Grant(OPERATOR, Role.VIEWER, "ops"), by="test", at=NOW)
+    # The console offers verbs by its newest reading of the grants; the service decides again.
     before = stored(seeded_db, "heartbeat")
     app = console_for()
     app.ctx.actions = ConsoleActions(
@@ -615,9 +619,13 @@ async def test_a_verb_the_operator_may_not_use_is_refused_with_the_missing_role(
         OPERATOR,
     )
     async with app.run_test() as pilot:
-        await app.settle()
-        await pilot.press("p")
+        await app.settle()  # nobody governs the database yet: every verb is offered
+        with open_engine(seeded_db, create=False) as engine:
+            engine.storage.operators.grant(Grant("root-admin", Role.ADMIN), by="test", at=NOW)
+            engine.storage.operators.grant(Grant(OPERATOR, Role.VIEWER, "ops"), by="test", at=NOW)
+        await pilot.press("p")  # before the console has read the grants
         await pilot.pause()
+        assert isinstance(app.screen, ConfirmVerb)
         done = app.verbs_done
         await pilot.click("#confirm")
         await verb_done(app, done)

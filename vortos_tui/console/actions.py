@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from engine import Engine, NotFound, Schedule, ScheduleStatus, StaleVersion, VortosError
+from engine.domain.access import Operation
 from engine.governance.audit import Verification, verify
 
 
@@ -21,6 +22,18 @@ class Verb(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     TRIGGER = "trigger"
+
+    @property
+    def operation(self) -> Operation:
+        """What the policy is asked before the verb is offered."""
+        return VERB_OPERATION[self]
+
+
+VERB_OPERATION = {
+    Verb.PAUSE: Operation.PAUSE,
+    Verb.RESUME: Operation.RESUME,
+    Verb.TRIGGER: Operation.TRIGGER,
+}
 
 
 class StaleRow(VortosError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any, ClassVar
 
@@ -21,6 +21,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from engine import Approval, Overview, VortosError
+from engine.domain.access import Operation
 from vortos_tui.console import views as _views  # noqa: F401 - registers the built-in views
 from vortos_tui.console.actions import ScheduleRef, Verb, not_applicable
 from vortos_tui.console.context import ConsoleContext
@@ -29,11 +30,16 @@ from vortos_tui.console.dialogs import Confirmed, ConfirmVerb, HelpScreen, JumpT
 from vortos_tui.console.format import clock_time
 from vortos_tui.console.views.base import LiveView
 from vortos_tui.console.views.registry import find_view, views
+from vortos_tui.console.views.verbs import refused_id
 from vortos_tui.console.widgets import StatusLine
 
 log = logging.getLogger("vortos.console")
 
-VERB_ACTIONS = {f"verb('{verb.value}')": verb for verb in Verb}
+
+def with_refusals(keymap: Mapping[str, str]) -> dict[str, str]:
+    """The keymap, with each verb's hidden twin (see views.verbs) moved along with the verb,
+    unless the keymap moves the twin itself. (An id no binding has is ignored by Textual.)"""
+    return {refused_id(binding_id): keys for binding_id, keys in keymap.items()} | dict(keymap)
 
 
 class VortosConsole(App[None]):
@@ -72,7 +78,7 @@ class VortosConsole(App[None]):
     def on_mount(self) -> None:
         self.animation_level = "none"
         if self._keymap:
-            self.set_keymap(self._keymap)
+            self.set_keymap(with_refusals(self._keymap))
         for spec in views():
             self.add_mode(spec.name, partial(spec.factory, self.ctx))
         self._wake = asyncio.Event()
@@ -125,12 +131,15 @@ class VortosConsole(App[None]):
             return
         self.degraded = None
         self.last_good_ms = now
+        # What the operator may do, as of this reading: the views' keys and the palette ask.
+        self.ctx.identity = overview.identity
         if view is not None and view.is_attached and view is self._front_view():
             view.banners.degraded = None
             view.banners.live = self.live
             view.show(data, now)
             view.loaded = True
             view.show_frame(overview)
+            view.recheck_bindings()
         self.polls += 1
 
     async def _read(self, view: LiveView | None, now: int) -> tuple[Overview, Any]:
@@ -219,12 +228,17 @@ class VortosConsole(App[None]):
                 f"View: {spec.title}", spec.summary, partial(self.switch_view, spec.name)
             )
         view = self._front_view()
-        if not self.ctx.read_only and view is not None and hasattr(view, "action_verb"):
-            for action, verb in VERB_ACTIONS.items():
+        act = getattr(view, "action_verb", None)
+        if not self.ctx.read_only and view is not None and act is not None:
+            for verb in Verb:
+                # Only the verbs the policy lets the operator use on the selected schedule.
+                if not view.check_action("verb", (verb.value,)):
+                    continue
                 yield SystemCommand(
                     f"{verb.value.capitalize()} the selected schedule",
                     f"{verb.value} it, after a confirmation",
-                    partial(view.run_action, action),
+                    # The verb itself, not the key's action: refused meanwhile, it says why.
+                    partial(act, verb.value),
                 )
         yield SystemCommand("Refresh now", "read everything again", self.refresh_now)
         yield SystemCommand(
@@ -239,6 +253,10 @@ class VortosConsole(App[None]):
         """Confirm, then act through the service on a thread worker."""
         if self.ctx.actions is None:
             self._say("error", f"read-only console ({self.ctx.read_only_reason}): nothing done")
+            return
+        decision = self.ctx.may(verb.operation, ref.tenant)
+        if not decision.allowed:
+            self._say("error", decision.reason)
             return
         why_not = not_applicable(verb, ref)
         if why_not is not None:
@@ -284,6 +302,10 @@ class VortosConsole(App[None]):
                 "error",
                 f"you asked for {approval.id}: another approver must {verb} it",
             )
+            return
+        decision = self.ctx.may(Operation.APPROVE, approval.tenant)
+        if not decision.allowed:
+            self._say("error", decision.reason)
             return
         self.push_screen(
             ConfirmDecision(verb, approval, self.ctx.operator),

@@ -1,17 +1,22 @@
-"""What a console session knows: where it reads, who acts, which clock and zone it shows."""
+"""What a console session knows: where it reads, who acts, what they may do, which clock and
+zone it shows."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
 from engine import Clock, ReadModel
+from engine.domain.access import Identity, Operation
+from engine.governance.policy import RoleBasedPolicy
+from engine.ports.policy import Decision, Policy
 from vortos_tui.console.actions import ConsoleActions
 
 DEFAULT_REFRESH_S = 0.5
 DEFAULT_PAGE = 100  # rows read per refresh: two screens of a tall terminal
+ALLOWED = Decision(allowed=True, reason="")
 
 
 class NodeRole(StrEnum):
@@ -47,7 +52,20 @@ class ConsoleContext:
     start_view: str = "schedules"
     read_only_reason: str = "--read-only"  # said in the header when actions is None
     operator_label: str | None = None  # how the header names the operator (default: operator)
+    # The read model's policy: it decides what the console offers (the service decides again
+    # on every change, so an offer shown from an older reading is still refused if it must be).
+    policy: Policy = field(default_factory=RoleBasedPolicy)
+    # The operator's grants as the newest overview read them (None: the database has no
+    # operator yet, or nothing was read yet: every account may do everything).
+    identity: Identity | None = None
 
     @property
     def read_only(self) -> bool:
         return self.actions is None
+
+    def may(self, operation: Operation, tenant: str | None) -> Decision:
+        """Whether the operator may do `operation` in `tenant`, by the newest reading of their
+        grants."""
+        if self.identity is None:
+            return ALLOWED
+        return self.policy.decide(self.identity, operation, tenant)

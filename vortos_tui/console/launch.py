@@ -11,6 +11,7 @@ from textual.binding import Binding
 
 from engine import Engine, SystemClock, open_engine, open_read_model
 from engine.domain.timeutil import format_duration
+from engine.governance.policy import RoleBasedPolicy
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.output import say
@@ -86,15 +87,18 @@ def run_console(
             who,
             owns_engine=shared is None,
         )
+    # One policy decides what the reads show and which verbs the console offers.
+    policy = RoleBasedPolicy()
     context = ConsoleContext(
         db_label=str(cli.db),
-        model=open_read_model(cli.db, operator=who),
+        model=open_read_model(cli.db, operator=who, policy=policy),
         clock=SystemClock(),
         zone=zone_info,
         operator=who,
         operator_label=operator_label,
         actions=actions,
         refresh_s=refresh_s,
+        policy=policy,
     )
     app = VortosConsole(context, keymap=keymap)
     with route_logs(app, log_file):

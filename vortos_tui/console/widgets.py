@@ -46,6 +46,10 @@ class ConsoleHeader(Static):
         top.append(ctx.operator_label or ctx.operator, style="bold")
         if ctx.read_only:
             top.append(" (read-only)", style="yellow")
+        if overview is not None and not overview.scope.every:
+            # Everything below is counted and listed within these tenants only.
+            top.append("  tenants: ", style="dim")
+            top.append(", ".join(sorted(overview.scope.tenants or ())) or "none", style="bold")
         top.append("  ")
         top.append(f"{clock_time(now, ctx.zone)} {ctx.zone.key}", style="bold")
         second = Text()
@@ -79,28 +83,53 @@ class ConsoleHeader(Static):
         self.update(top)
 
 
+def access_notice(operator: str, overview: Overview) -> str | None:
+    """What to say when the operator may see nothing at all in a governed database, so that an
+    empty screen does not look broken."""
+    identity = overview.identity
+    if identity is None:
+        return None
+    if not identity.grants:
+        return (
+            f"no role in this database: ask an admin for `vortos operators grant {operator} viewer`"
+        )
+    if overview.scope.empty:
+        return (
+            f"{operator}'s roles here let them view no tenant: ask an admin for "
+            f"`vortos operators grant {operator} viewer --tenant T`"
+        )
+    return None
+
+
 @dataclass(slots=True)
 class Banners:
     degraded: str | None = None
+    access: str | None = None  # the operator may see nothing: why, and what to ask for
     live: bool = True
     filter: str = ""
     position: str = ""
 
 
 class StatusLine(Static):
-    """One line: degraded or paused state first (they matter most), then filter and paging."""
+    """One line: degraded state, an operator who may see nothing, or paused refresh first (they
+    matter most), then filter and paging."""
 
     DEFAULT_CSS = """
     StatusLine {
         height: 1; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis;
     }
     StatusLine.-degraded { background: $error 40%; }
+    /* What to ask an admin for is said whole, on a second line if it must. */
+    StatusLine.-access { background: $warning 40%; height: auto; max-height: 3; text-wrap: wrap; }
     """
 
     def show(self, banners: Banners) -> None:
-        line = Text(no_wrap=True, overflow="ellipsis")
+        line = Text(no_wrap=not banners.access, overflow="ellipsis")
         if banners.degraded:
             line.append(banners.degraded, style="bold")
+            line.append("  ")
+        if banners.access:
+            line.append(banners.access, style="bold")
             line.append("  ")
         if not banners.live:
             line.append("LIVE PAUSED (space resumes)", style="bold reverse yellow")
@@ -111,6 +140,7 @@ class StatusLine(Static):
             line.append("  ")
         line.append(banners.position, style="dim")
         self.set_class(bool(banners.degraded), "-degraded")
+        self.set_class(bool(banners.access) and not banners.degraded, "-access")
         self.update(line)
 
 

@@ -1,6 +1,6 @@
 """Approvals: four-eyes requests, pending first, the requested change shown as a diff against
-the schedule as stored; `a` approves, `x` rejects (with a reason), for approvers other than
-the requester."""
+the schedule as stored; `a` approves, `x` rejects (with a reason), for operators the policy
+lets approve in the request's tenant, other than the requester."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from engine import Approval, ApprovalState, ReadModel
+from engine.domain.access import Operation
 from vortos_tui.console.context import ConsoleContext
 from vortos_tui.console.format import in_words, instant
 from vortos_tui.console.views.base import LiveView
 from vortos_tui.console.views.registry import ViewSpec, register_view
+from vortos_tui.console.views.verbs import refused_id
 from vortos_tui.console.widgets import PagedTable
 
 STATE_STYLE = {
@@ -43,9 +45,13 @@ def change_lines(approval: Approval) -> Text:
 
 
 class ApprovalsView(LiveView):
+    # Each key is bound twice, as the schedule verbs are (see views.verbs): the hidden second
+    # binding answers a decision hidden from this operator with the reason.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("a", "decide('approve')", "Approve", id="approve"),
+        Binding("a", "refused('approve')", "Approve", show=False, id=refused_id("approve")),
         Binding("x", "decide('reject')", "Reject", id="reject"),
+        Binding("x", "refused('reject')", "Reject", show=False, id=refused_id("reject")),
     ]
     CSS = """
     ApprovalsView #requests { height: 1fr; }
@@ -64,13 +70,24 @@ class ApprovalsView(LiveView):
         yield Static(id="change")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action != "decide":
-            return True
+        if action == "decide":
+            return self._decision_offered()
+        if action == "refused":
+            # Only reached when the decision on the same key was hidden (not when dimmed).
+            offered = self._decision_offered()
+            return offered is False and not self.ctx.read_only and self.selected() is not None
+        return True
+
+    def _decision_offered(self) -> bool | None:
         if self.ctx.read_only:
             return False
         chosen = self.selected()
-        # Hidden for the requester, and dimmed for anything that is not pending.
-        if chosen is not None and chosen.requested_by == self.ctx.operator:
+        # Hidden for the requester and for an operator the policy keeps from deciding in the
+        # request's tenant; dimmed for anything that is not pending.
+        if chosen is not None and (
+            chosen.requested_by == self.ctx.operator
+            or not self.ctx.may(Operation.APPROVE, chosen.tenant).allowed
+        ):
             return False
         if chosen is None or chosen.state_at(self.ctx.clock.now_ms()) is not ApprovalState.PENDING:
             return None
@@ -124,6 +141,9 @@ class ApprovalsView(LiveView):
         decide: Any = getattr(self.app, "ask_decision", None)
         if chosen is not None and decide is not None:
             decide(verb, chosen)
+
+    async def action_refused(self, verb: str) -> None:
+        await self.action_decide(verb)  # the console says why, and opens nothing
 
 
 SPEC = register_view(

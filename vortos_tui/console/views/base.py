@@ -11,7 +11,15 @@ from textual.widgets import Footer
 
 from engine import Overview, ReadModel
 from vortos_tui.console.context import ConsoleContext
-from vortos_tui.console.widgets import Banners, ConsoleHeader, FilterBar, StatusLine
+from vortos_tui.console.widgets import (
+    Banners,
+    ConsoleHeader,
+    FilterBar,
+    StatusLine,
+    access_notice,
+)
+
+_UNCHECKED = object()
 
 
 class LiveView(Screen[None]):
@@ -32,6 +40,7 @@ class LiveView(Screen[None]):
         self.ctx = ctx
         self.banners = Banners()
         self.loaded = False
+        self._binding_state: object = _UNCHECKED
 
     def compose(self) -> ComposeResult:
         yield ConsoleHeader()
@@ -51,8 +60,24 @@ class LiveView(Screen[None]):
         raise NotImplementedError
 
     def show_frame(self, overview: Overview | None) -> None:
+        if overview is not None:
+            self.banners.access = access_notice(self.ctx.operator, overview)
         self.query_one(ConsoleHeader).show(self.ctx, overview)
         self.query_one(StatusLine).show(self.banners)
+
+    def binding_state(self) -> object:
+        """What this view's `check_action` depends on besides the read-only switch (e.g. the
+        selected row's tenant and the operator's grants): its keys are checked again when it
+        changes (see `recheck_bindings`)."""
+        return None
+
+    def recheck_bindings(self) -> None:
+        """Check the keys again if `binding_state` changed; only then, as every check redraws
+        the footer."""
+        state = self.binding_state()
+        if state != self._binding_state:
+            self._binding_state = state
+            self.refresh_bindings()
 
     def on_screen_resume(self) -> None:
         # Coming (back) into view: read at once rather than at the next tick.

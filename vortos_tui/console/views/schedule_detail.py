@@ -34,6 +34,7 @@ from vortos_tui.console.format import (
 from vortos_tui.console.views.base import LiveView
 from vortos_tui.console.views.cells import badges, facts, fire_cells, next_fire
 from vortos_tui.console.views.run_detail import RunDetailView
+from vortos_tui.console.views.verbs import check_verb, verb_bindings
 from vortos_tui.console.widgets import PagedTable
 
 UPCOMING = 10
@@ -47,9 +48,7 @@ class Loaded:
 
 class ScheduleDetailView(LiveView):
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("p", "verb('pause')", "Pause", id="pause"),
-        Binding("u", "verb('resume')", "Resume", id="resume"),
-        Binding("t", "verb('trigger')", "Trigger", id="trigger"),
+        *verb_bindings(),
         Binding("enter", "open", "Run detail", id="open"),
     ]
 
@@ -70,7 +69,12 @@ class ScheduleDetailView(LiveView):
             yield table
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action == "verb" and self.ctx.read_only)
+        shown = None if self.loaded_detail is None else self.loaded_detail.schedule
+        return check_verb(self.ctx, action, parameters, shown)
+
+    def binding_state(self) -> object:
+        shown = None if self.loaded_detail is None else self.loaded_detail.schedule.tenant
+        return shown, self.ctx.identity
 
     async def load(self, model: ReadModel, now_ms: int) -> Loaded:
         detail = await model.schedule(self.schedule_id, runs=20)
@@ -166,3 +170,6 @@ class ScheduleDetailView(LiveView):
         ask = getattr(self.app, "ask_verb", None)
         if ask is not None:
             await ask(Verb(verb), ScheduleRef.of(self.loaded_detail.schedule))
+
+    async def action_refused(self, verb: str) -> None:
+        await self.action_verb(verb)  # the console says why, and opens nothing

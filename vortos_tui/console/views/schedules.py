@@ -22,6 +22,7 @@ from vortos_tui.console.views.cells import badges, name_cell, next_fire
 from vortos_tui.console.views.lists import ListView
 from vortos_tui.console.views.registry import ViewSpec, register_view
 from vortos_tui.console.views.schedule_detail import ScheduleDetailView
+from vortos_tui.console.views.verbs import check_verb, verb_bindings
 from vortos_tui.console.widgets import PagedTable
 
 NAME_WIDTH = 22
@@ -30,9 +31,7 @@ NAME_WIDTH = 22
 class SchedulesView(ListView):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "open", "Detail", id="open"),
-        Binding("p", "verb('pause')", "Pause", id="pause"),
-        Binding("u", "verb('resume')", "Resume", id="resume"),
-        Binding("t", "verb('trigger')", "Trigger", id="trigger"),
+        *verb_bindings(),
         Binding("slash", "filter", "Filter", id="filter", key_display="/"),
     ]
     filter_states = frozenset(s.value for s in ScheduleStatus)
@@ -55,8 +54,11 @@ class SchedulesView(ListView):
         yield table
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # --read-only hides every verb (False hides the key; None would only dim it)
-        return not (action == "verb" and self.ctx.read_only)
+        return check_verb(self.ctx, action, parameters, self.selected())
+
+    def binding_state(self) -> object:
+        chosen = self.selected()
+        return (None if chosen is None else chosen.tenant), self.ctx.identity
 
     async def load(self, model: ReadModel, now_ms: int) -> Page[ScheduleRow]:
         status = None if self.filter.state is None else ScheduleStatus(self.filter.state)
@@ -108,6 +110,9 @@ class SchedulesView(ListView):
         event.stop()
         self.action_open()
 
+    def on_data_table_row_highlighted(self, event: PagedTable.RowHighlighted) -> None:
+        self.recheck_bindings()
+
     async def action_verb(self, verb: str) -> None:
         schedule = self.selected()
         if schedule is None:
@@ -116,6 +121,9 @@ class SchedulesView(ListView):
         act = getattr(self.app, "ask_verb", None)
         if act is not None:
             await act(Verb(verb), ScheduleRef.of(schedule))
+
+    async def action_refused(self, verb: str) -> None:
+        await self.action_verb(verb)  # the console says why, and opens nothing
 
 
 SPEC = register_view(
