@@ -83,7 +83,7 @@ class SqliteApprovalStore:
             found = rows(
                 self._pool.get(),
                 f"SELECT {COLUMNS} FROM approvals WHERE tenant = ? AND digest = ? "
-                "AND state = ? AND expires_at > ? ORDER BY requested_at DESC LIMIT 1",
+                "AND state = ? AND expires_at > ? ORDER BY requested_at DESC, id LIMIT 1",
                 (tenant, digest, state.value, now_ms),
             )
         return approval_from_row(found[0]) if found else None
@@ -111,7 +111,7 @@ class SqliteApprovalStore:
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         sql = (
             f"SELECT {COLUMNS} FROM approvals {clause} "
-            "ORDER BY state = 'pending' DESC, requested_at DESC LIMIT ?"
+            "ORDER BY state = 'pending' DESC, requested_at DESC, id LIMIT ?"
         )
         params: tuple[Any, ...] = (*args, limit)
         with storage_errors(self._pool.path):

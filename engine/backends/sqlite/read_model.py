@@ -426,7 +426,7 @@ class SqliteReadModel:
             found = await self._all(
                 db,
                 f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE 1{only} "
-                "ORDER BY state = 'pending' DESC, requested_at DESC LIMIT ?",
+                "ORDER BY state = 'pending' DESC, requested_at DESC, id LIMIT ?",
                 (*args, max(1, min(limit, PAGE_MAX))),
             )
         return [approval_from_row(r) for r in found]
