@@ -18,6 +18,7 @@ from tests.conftest import run_cli
         (["--refresh", "soon"], "refresh interval 'soon' is not a duration"),
         (["--lease-ttl", "10ms"], "lease TTL 10ms is too short"),
         (["--demo", "--attach"], "leave out --attach"),
+        (["--demo", "--control-socket", "/tmp/x.sock"], "with a control socket the engine runs"),
         (["--web-allow-actions"], "--web-allow-actions goes with --web"),
         (["--web", "--read-only", "--web-allow-actions"], "contradict each other"),
         (["--keymap", "missing.toml"], "keymap file missing.toml does not exist"),

@@ -3,9 +3,9 @@ accepts, what it refuses, and that a client cannot say who it is (the kernel doe
 
 from __future__ import annotations
 
-import getpass
 import grp
 import os
+import pwd
 import socket
 import stat
 import tempfile
@@ -32,7 +32,7 @@ from engine.domain.errors import InvalidInput, StaleVersion, StorageError
 from engine.domain.timeutil import MINUTE_MS
 from tests.conftest import T0, run_cli
 
-ME = getpass.getuser()
+ME = pwd.getpwuid(os.getuid()).pw_name
 
 
 def spec(name: str, tenant: str = "acme", *, sensitive: bool = False) -> ScheduleSpec:

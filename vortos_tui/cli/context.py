@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,8 +106,10 @@ def open_for_read(ctx: typer.Context) -> Engine:
 
 
 def operator() -> str:
-    """The acting operator: the OS account running the CLI."""
+    """The acting operator: the account this process runs as, by its real uid, as the kernel
+    knows it. Not $USER or $LOGNAME, which anyone can set to anything."""
+    uid = os.getuid()
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid without an account name (a container's, say)
+        return f"uid-{uid}"

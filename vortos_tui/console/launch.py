@@ -67,6 +67,8 @@ def run_console(
     who = operator()
     engine: Engine | None = None
     host: EngineHost | None = None
+    # With a control socket the engine is `vortos run`'s, and every change goes through it.
+    attach = attach or cli.control_socket is not None
     if attach:
         # Refuse a missing or foreign file now, with the CLI's message, not as a banner.
         open_engine(cli.db, create=False, readonly=True, commands=commands).close()
@@ -83,7 +85,15 @@ def run_console(
         actions = ConsoleActions(
             (lambda: shared)
             if shared is not None
-            else (lambda: open_engine(cli.db, create=False, commands=commands, enforce=True)),
+            else (
+                lambda: open_engine(
+                    cli.db,
+                    create=False,
+                    commands=commands,
+                    enforce=True,
+                    control_socket=cli.control_socket,
+                )
+            ),
             who,
             owns_engine=shared is None,
         )

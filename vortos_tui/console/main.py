@@ -110,6 +110,15 @@ def console(
     attach: Annotated[
         bool, typer.Option("--attach", help="Run no engine here: only the console.")
     ] = False,
+    control_socket: Annotated[
+        Path | None,
+        typer.Option(
+            "--control-socket",
+            envvar="VORTOS_CONTROL_SOCKET",
+            help="Attach, and send every change through this `vortos run --control-socket`, "
+            "which makes it as your account.",
+        ),
+    ] = None,
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Show every view but no verb (nothing can change).")
     ] = False,
@@ -171,6 +180,8 @@ def console(
     if app_modules is not None:
         cli.app = app_modules
     cli.allow_exec += list(allow_exec or [])
+    if control_socket is not None:
+        cli.control_socket = control_socket
     zone_info = local_zone(zone_name)
     refresh_s = parse_refresh(refresh)
     check_node_id(node_id)
@@ -190,6 +201,11 @@ def console(
         raise InvalidInput("--operator-label must be printable text of at most 100 characters")
     if demo and attach:
         raise InvalidInput("--demo runs the demo's commands here: leave out --attach")
+    if demo and cli.control_socket is not None:
+        raise InvalidInput(
+            "--demo runs the demo's commands here; with a control socket the engine runs in "
+            "`vortos run`: leave out one of them (or unset VORTOS_CONTROL_SOCKET)"
+        )
     if web_allow_actions and not web:
         raise InvalidInput("--web-allow-actions goes with --web")
     if web and read_only and web_allow_actions:

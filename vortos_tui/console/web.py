@@ -29,6 +29,8 @@ def session_command(
         argv += ["--app", cli.app]
     for path in cli.allow_exec:
         argv += ["--allow-exec", path]
+    if cli.control_socket is not None:
+        argv += ["--control-socket", str(cli.control_socket.resolve())]
     if not allow_actions:
         argv.append("--read-only")
     return argv
@@ -56,6 +58,7 @@ def serve(
     commands = cli.commands()
     if demo:
         demo_commands(commands)
+    attach = attach or cli.control_socket is not None  # the engine is `vortos run`'s
     engine = None if attach else open_engine(cli.db, create=True, commands=commands)
     if attach:
         open_engine(cli.db, create=False, readonly=True).close()

@@ -8,17 +8,40 @@ from rich.table import Table
 from rich.text import Text
 
 from engine import Run, RunState, Schedule, ScheduleStatus
-from vortos_tui.console.format import duration, in_words, instant, state_text
+from engine.domain.schedule import ScheduleOrigin
+from vortos_tui.console.format import duration, full_instant, in_words, instant, state_text
 
 Cells = tuple[Text | str, ...]
 
 
 def badges(schedule: Schedule) -> Text:
     text = state_text(schedule.status.value)
+    if schedule.override is not None:
+        # An operator's pause or resume of a code-declared schedule, kept across deploys.
+        text.append(" ")
+        text.append("OVR", style="bold reverse yellow")
     if schedule.sensitive:
         text.append(" ")
         text.append("SENS", style="bold reverse red")
     return text
+
+
+def override_facts(schedule: Schedule, zone: ZoneInfo) -> list[tuple[str, str]]:
+    """A static schedule's declared state and an operator's override of it."""
+    if schedule.origin is not ScheduleOrigin.STATIC:
+        return []
+    found = [("declared", f"{schedule.declared_status.value} (in code)")]
+    if schedule.override is not None:
+        o = schedule.override
+        found.append(
+            (
+                "override",
+                f"{o.state.value} by {o.by}, {full_instant(o.at, zone)}"
+                + (f": {o.note}" if o.note else "")
+                + " (kept across deploys until cleared)",
+            )
+        )
+    return found
 
 
 def name_cell(schedule: Schedule) -> Text:

@@ -32,7 +32,13 @@ from vortos_tui.console.format import (
     trigger_words,
 )
 from vortos_tui.console.views.base import LiveView
-from vortos_tui.console.views.cells import badges, facts, fire_cells, next_fire
+from vortos_tui.console.views.cells import (
+    badges,
+    facts,
+    fire_cells,
+    next_fire,
+    override_facts,
+)
 from vortos_tui.console.views.run_detail import RunDetailView
 from vortos_tui.console.views.verbs import check_verb, verb_bindings
 from vortos_tui.console.widgets import PagedTable
@@ -120,6 +126,7 @@ class ScheduleDetailView(LiveView):
                 ),
                 ("jitter", duration(s.jitter_ms)),
                 ("origin", s.origin.value),
+                *override_facts(s, zone),
                 ("pause note", s.pause_note or "-"),
                 ("version", str(s.version)),
                 ("updated", full_instant(s.updated_at, zone)),
