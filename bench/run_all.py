@@ -15,6 +15,7 @@ from bench._common import parse_args
 BENCHMARKS = [
     "headline",
     "throughput",
+    "fairness",
     "lateness",
     "vs_apscheduler",
     "due_scan",
