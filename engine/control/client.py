@@ -279,13 +279,16 @@ class RemoteService(ScheduleService):
         chains: Sequence[str] | None = None,
         full: bool = False,
         expect: Mapping[str, ChainPoint] | None = None,
+        record: bool = True,
     ) -> list[dict[str, Any]]:
-        """Verification by the server, which holds the key (the reports as JSON)."""
+        """Verification by the server, which holds the key (the reports as JSON); with
+        `record`, the server remembers how far each chain verified."""
         done = self._call(
             "audit_verify",
             chains=None if chains is None else list(chains),
             full=full,
             expect={k: v.spelled() for k, v in (expect or {}).items()},
+            record=record,
         )
         reports = done.get("chains")
         if not isinstance(reports, list):

@@ -277,7 +277,12 @@ def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
         raise InvalidInput(f"--expect-head: {exc}") from None
     c.service.audit_chains(actor=c.actor, wanted=list(expect))  # each exists and is readable
     chains = c.service.audit_chains(actor=c.actor, wanted=wanted)
-    result = verify(c.audit, c.keys(), chains=chains, full=_flag(a, "full"), expect=expect)
+    record = a.get("record", True)
+    if not isinstance(record, bool):
+        raise InvalidInput("the request's 'record' must be true or false")
+    result = verify(
+        c.audit, c.keys(), chains=chains, full=_flag(a, "full"), expect=expect, record=record
+    )
     return {"chains": [report.to_json() for report in result.chains]}
 
 

@@ -26,6 +26,10 @@ class AuditLog(Protocol):
 
     def chains(self) -> list[str]: ...
 
+    def is_empty(self) -> bool:
+        """No entry in any chain."""
+        ...
+
     def entries(self, chain: str, *, after_seq: int = 0, limit: int = 10_000) -> list[AuditEntry]:
         """Entries in sequence order, starting after `after_seq`."""
         ...

@@ -4,6 +4,7 @@ accepts, what it refuses, and that a client cannot say who it is (the kernel doe
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import socket
@@ -299,6 +300,11 @@ def test_the_cli_sends_its_changes_through_the_socket(
     verified = run_cli("audit", "verify", db=db, env=env)
     assert verified.code == 0, verified.stderr
     assert "tenant:acme" in verified.stdout
+    checked = run_cli("doctor", "--json", db=db, env=env)
+    assert checked.code == 0, checked.stderr
+    by_id = {f["check_id"]: f for f in json.loads(checked.stdout)["findings"]}
+    assert by_id["audit.key"]["status"] == "skip"  # the server's key, not this account's
+    assert by_id["audit.chain"]["status"] == "pass"
     rotate = run_cli("audit", "rotate-key", db=db, env=env)
     assert rotate.code == 2
     assert "belongs to the account" in rotate.stderr

@@ -11,6 +11,7 @@ from engine.api import DEFAULT_DB
 from vortos_tui.cli import approvals, audit, db, operators, queue, runs, schedule
 from vortos_tui.cli.consume import consume
 from vortos_tui.cli.context import CliState
+from vortos_tui.cli.doctor import doctor
 from vortos_tui.cli.output import EXIT_CODES, handles_errors
 from vortos_tui.cli.run import run
 from vortos_tui.console.main import console
@@ -70,6 +71,7 @@ def main(
 
 app.command("run", epilog=EXIT_CODES)(run)
 app.command("consume", epilog=EXIT_CODES)(consume)
+app.command("doctor", epilog=EXIT_CODES)(doctor)
 app.command("tui", epilog=EXIT_CODES)(handles_errors(console))
 app.add_typer(schedule.app, name="schedule", epilog=EXIT_CODES)
 app.add_typer(runs.app, name="runs", epilog=EXIT_CODES)

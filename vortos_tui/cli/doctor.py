@@ -1,0 +1,81 @@
+"""`vortos doctor`: every health check, one finding each; exit 1 on any failure (a deploy gate)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from engine.control import RemoteService
+from engine.domain.errors import VortosError
+from engine.governance.audit import ChainReport
+from engine.governance.doctor import GOVERNANCE_CHECKS, DoctorContext, Status, run_checks
+from vortos_tui.cli.context import open_existing, open_for_read, state
+from vortos_tui.cli.output import emit_json, handles_errors, stdout
+
+STATUS_STYLE = {
+    Status.PASS: "green",
+    Status.WARN: "yellow",
+    Status.FAIL: "bold red",
+    Status.SKIP: "dim",
+}
+
+
+class DoctorFailed(VortosError):
+    exit_code = 1
+
+
+@handles_errors
+def doctor(
+    ctx: typer.Context,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print {schema_version, clear, findings: [{check_id, status, summary, detail, "
+            "remediation}]} only.",
+        ),
+    ] = False,
+) -> None:
+    """Run every health check. Exit 0 when nothing fails (warnings are shown, not fatal), 1
+    otherwise: put it before a deploy. Reads only; it changes nothing."""
+    cli = state(ctx)
+    with open_for_read(ctx) as engine, contextlib.ExitStack() as opened:
+        remote_verify: Callable[[], list[ChainReport]] | None = None
+        if cli.control_socket is not None:
+            # The key is the service account's: its server verifies, without recording.
+            service = opened.enter_context(open_existing(ctx)).service
+            assert isinstance(service, RemoteService)
+
+            def remote_verify() -> list[ChainReport]:
+                return [ChainReport.from_json(r) for r in service.audit_verify(record=False)]
+
+        report = run_checks(
+            DoctorContext(engine.storage, engine.clock, cli.db, None, remote_verify),
+            GOVERNANCE_CHECKS,
+        )
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+        for column in ("CHECK", "STATUS", "FINDING"):
+            table.add_column(column, overflow="fold")
+        for finding in report.findings:
+            text = Text(finding.summary)
+            if finding.detail:
+                text.append(f"\n{finding.detail}", style="dim")
+            if finding.remediation and finding.status in (Status.FAIL, Status.WARN):
+                text.append(f"\nfix: {finding.remediation}", style="italic")
+            table.add_row(
+                finding.check_id,
+                Text(finding.status.value.upper(), style=STATUS_STYLE[finding.status]),
+                text,
+            )
+        stdout.print(table)
+    if not report.clear:
+        failed = [f.check_id for f in report.findings if f.status is Status.FAIL]
+        raise DoctorFailed(f"doctor: {len(failed)} check(s) failed: {', '.join(failed)}")
