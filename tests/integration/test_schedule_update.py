@@ -138,6 +138,7 @@ def test_the_cli_edits_only_what_it_is_given(tmp_path: Path) -> None:
     assert shown["version"] == 2
     same = run_cli("schedule", "edit", "report", "--every", "5m", db=db)
     assert same.code == 0
+    assert "nothing changed" in same.stderr  # the same interval keeps its slots (and anchor)
     bad = [
         (("schedule", "edit", "nope", "--jitter", "1s"), 3, "no schedule named 'nope'"),
         (("schedule", "edit", "report", "--catch-up-cap", "5"), 2, "--misfire each"),

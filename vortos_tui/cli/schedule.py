@@ -293,6 +293,13 @@ def edit(
                 missing=dst_missing,
                 now_ms=engine.clock.now_ms(),
             )
+            same_period = (
+                isinstance(trigger, IntervalTrigger)
+                and isinstance(current.trigger, IntervalTrigger)
+                and trigger.every_ms == current.trigger.every_ms
+            )
+            if same_period and start is None:
+                trigger = current.trigger  # the same interval: keep its slots where they are
         elif start is not None:
             raise InvalidInput("--start applies only with a new --every")
         elif dst_repeated or dst_missing:
