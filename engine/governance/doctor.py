@@ -14,11 +14,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
+from engine.commands import CommandRegistry
+from engine.commands.decorators import StaticSchedule
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.governance.audit import ChainReport, verify
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, key_source, load_keyring
+from engine.ports.diagnostics import Diagnostics
 from engine.ports.storage import Storage
 
 log = logging.getLogger("vortos.doctor")
@@ -54,19 +57,25 @@ class Finding:
 @dataclass(slots=True)
 class DoctorContext:
     """What checks look at. `remote_verify`, when set, verifies the audit chains where the key
-    is (a control socket's server) and returns the reports."""
+    is (a control socket's server) and returns the reports. `commands` and `static` are the
+    app's (None: not given, so those checks are skipped)."""
 
     storage: Storage
     clock: Clock
     db: Path
     key_file: Path | None = None
     remote_verify: Callable[[], list[ChainReport]] | None = None
+    diagnostics: Diagnostics | None = None
+    commands: CommandRegistry | None = None
+    static: Sequence[StaticSchedule] | None = None
+    read_only: bool = True
 
 
 class Check(Protocol):
     """One health check. `check_id` is stable (scripts and alerts match on it)."""
 
-    check_id: str
+    @property
+    def check_id(self) -> str: ...
 
     def run(self, ctx: DoctorContext) -> Finding: ...
 
@@ -239,3 +248,31 @@ class OperatorsCheck:
 
 
 GOVERNANCE_CHECKS: tuple[Check, ...] = (AuditKeyCheck(), AuditChainCheck(), OperatorsCheck())
+
+
+def default_checks() -> list[Check]:
+    """Every check, in the order the doctor reports them."""
+    # Imported here: the checks import this module's types.
+    from engine.governance import checks as c  # noqa: PLC0415
+
+    return [
+        c.StorageReachable(),
+        c.StorageSchema(),
+        c.StorageDurability(),
+        c.StorageDisk(),
+        c.ClockSkew(),
+        c.TimeZones(),
+        c.ScheduleTriggers(),
+        c.ScheduleNames(),
+        c.CommandAllowlist(),
+        c.MisfireSettings(),
+        c.SensitiveApprovers(),
+        c.LeaseProbe(),
+        c.LeaseHolder(),
+        c.QueueStall(),
+        c.DeadLetters(),
+        c.ConsumersAlive(),
+        c.Overdue(),
+        c.DeadManTolerances(),
+        *GOVERNANCE_CHECKS,
+    ]

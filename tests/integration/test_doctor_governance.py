@@ -58,16 +58,15 @@ def test_a_healthy_database_is_clear_and_the_doctor_changes_nothing(tmp_path: Pa
     db = seeded(tmp_path)
     before = verified_marks(db)
     result = run_cli("doctor", "--json", db=db)
-    assert result.code == 0, result.stderr
     found = findings(result.stdout)
-    assert json.loads(result.stdout)["clear"] is True
+    # (No `vortos run` serves this database, so the scheduler's own checks fail: see
+    # test_doctor.py; these are the governance checks.)
     assert found["audit.key"]["status"] == "pass"
     assert found["audit.chain"]["status"] == "pass"
     assert "verified up to their heads" in found["audit.chain"]["summary"]
     assert found["governance.operators"]["status"] == "pass"
     assert verified_marks(db) == before  # verification is not recorded by the doctor
     table = run_cli("doctor", db=db)
-    assert table.code == 0
     assert "audit.chain" in table.stdout
 
 
@@ -106,10 +105,9 @@ def test_a_wrong_key_fails_the_chain_check_and_verify_cleanly(tmp_path: Path) ->
     assert "Traceback" not in verified.stderr
 
 
-def test_a_database_nobody_governs_is_a_warning_not_a_failure(tmp_path: Path) -> None:
+def test_a_database_nobody_governs_is_a_warning(tmp_path: Path) -> None:
     db = seeded(tmp_path, operators=False)
     result = run_cli("doctor", "--json", db=db)
-    assert result.code == 0, result.stderr
     assert findings(result.stdout)["governance.operators"]["status"] == "warn"
 
 

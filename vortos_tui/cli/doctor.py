@@ -10,10 +10,11 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from engine.backends.sqlite.diagnostics import SqliteDiagnostics
 from engine.control import RemoteService
 from engine.domain.errors import VortosError
 from engine.governance.audit import ChainReport
-from engine.governance.doctor import GOVERNANCE_CHECKS, DoctorContext, Status, run_checks
+from engine.governance.doctor import DoctorContext, Status, default_checks, run_checks
 from vortos_tui.cli.context import open_existing, open_for_read, state
 from vortos_tui.cli.output import emit_json, handles_errors, stdout
 
@@ -42,7 +43,8 @@ def doctor(
     ] = False,
 ) -> None:
     """Run every health check. Exit 0 when nothing fails (warnings are shown, not fatal), 1
-    otherwise: put it before a deploy. Reads only; it changes nothing."""
+    otherwise: put it before a deploy. Reads only; it changes nothing. Give it the same --app
+    as `vortos run`, so it knows the app's commands and static schedules."""
     cli = state(ctx)
     with open_for_read(ctx) as engine, contextlib.ExitStack() as opened:
         remote_verify: Callable[[], list[ChainReport]] | None = None
@@ -55,8 +57,16 @@ def doctor(
                 return [ChainReport.from_json(r) for r in service.audit_verify(record=False)]
 
         report = run_checks(
-            DoctorContext(engine.storage, engine.clock, cli.db, None, remote_verify),
-            GOVERNANCE_CHECKS,
+            DoctorContext(
+                engine.storage,
+                engine.clock,
+                cli.db,
+                remote_verify=remote_verify,
+                diagnostics=SqliteDiagnostics(engine.storage.pool),
+                commands=cli.commands(),
+                static=cli.loaded_app().static if cli.app is not None else None,
+            ),
+            default_checks(),
         )
     if as_json:
         emit_json(report.to_json())
