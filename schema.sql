@@ -256,3 +256,13 @@ CREATE TABLE approvals (
     consumed_at  INTEGER
 ) WITHOUT ROWID;
 CREATE INDEX approvals_by_digest ON approvals (tenant, digest, state);
+
+-- Retention: how long a tenant's run history is kept, overriding the sweeper's default (see
+-- engine.retention). days = 0 is a legal hold: nothing of the tenant is ever pruned.
+CREATE TABLE retention_overrides (
+    tenant TEXT PRIMARY KEY,
+    days   INTEGER NOT NULL CHECK (days >= 0),
+    reason TEXT,
+    set_by TEXT NOT NULL,
+    set_at INTEGER NOT NULL
+) WITHOUT ROWID;

@@ -11,6 +11,7 @@ from engine.ports.dispatch import ChangeFeed, DispatchPort
 from engine.ports.fire_queue import FireQueue
 from engine.ports.lease import LeasePort
 from engine.ports.policy import OperatorStore
+from engine.ports.retention import RetentionStore
 from engine.ports.runs import RunLedger
 from engine.ports.schedules import ScheduleStore
 
@@ -46,6 +47,9 @@ class Storage(Protocol):
 
     @property
     def approvals(self) -> ApprovalStore: ...
+
+    @property
+    def retention(self) -> RetentionStore: ...
 
     def atomic(self) -> AbstractContextManager[None]:
         """One write transaction, on the calling thread, around every store call inside it:

@@ -27,6 +27,7 @@ from engine.backends.sqlite.dispatch import SqliteDispatcher
 from engine.backends.sqlite.fire_queue import SqliteFireQueue
 from engine.backends.sqlite.lease import SqliteLease
 from engine.backends.sqlite.operators import SqliteOperatorStore
+from engine.backends.sqlite.retention import SqliteRetentionStore
 from engine.backends.sqlite.runs import SqliteRunLedger
 from engine.backends.sqlite.schedules import SqliteScheduleStore
 from engine.domain.clock import Clock
@@ -63,6 +64,7 @@ class SqliteBackend:
         self.dispatcher = SqliteDispatcher(self.pool, self.audit)
         self.operators = SqliteOperatorStore(self.pool)
         self.approvals = SqliteApprovalStore(self.pool)
+        self.retention = SqliteRetentionStore(self.pool)
 
     @contextmanager
     def atomic(self) -> Iterator[None]:

@@ -20,7 +20,7 @@ import apsw
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -167,6 +167,16 @@ UPDATE schedules
    SET override = json_object('state', 'paused', 'by', 'an operator (before overrides were kept)',
                               'at', updated_at, 'note', pause_note)
  WHERE origin = 'static' AND status = 'paused';
+""",
+    # Retention: per-tenant overrides of how long run history is kept (0: a legal hold).
+    9: """
+CREATE TABLE retention_overrides (
+    tenant TEXT PRIMARY KEY,
+    days   INTEGER NOT NULL CHECK (days >= 0),
+    reason TEXT,
+    set_by TEXT NOT NULL,
+    set_at INTEGER NOT NULL
+) WITHOUT ROWID;
 """,
 }
 
