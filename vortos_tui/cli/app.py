@@ -8,9 +8,11 @@ from typing import Annotated
 import typer
 
 from engine.api import DEFAULT_DB
+from engine.config import load_settings
 from vortos_tui.cli import approvals, audit, db, operators, queue, runs, schedule
+from vortos_tui.cli.config import app as config_app
 from vortos_tui.cli.consume import consume
-from vortos_tui.cli.context import CliState
+from vortos_tui.cli.context import CliState, given_flags
 from vortos_tui.cli.doctor import doctor
 from vortos_tui.cli.output import EXIT_CODES, handles_errors
 from vortos_tui.cli.run import run
@@ -27,19 +29,20 @@ app = typer.Typer(
 
 
 @app.callback()
+@handles_errors
 def main(
     ctx: typer.Context,
     db_path: Annotated[
         Path,
-        typer.Option("--db", envvar="VORTOS_DB", help="SQLite database file.", show_default=True),
+        typer.Option("--db", help="SQLite database file (VORTOS_DB).", show_default=True),
     ] = Path(DEFAULT_DB),
     app_modules: Annotated[
         str | None,
         typer.Option(
             "--app",
-            envvar="VORTOS_APP",
             help="Python module(s), comma-separated, whose @schedulable commands and "
-            "@scheduled schedules this process knows (the current directory is importable).",
+            "@scheduled schedules this process knows (the current directory is importable; "
+            "VORTOS_APP).",
         ),
     ] = None,
     allow_exec: Annotated[
@@ -54,24 +57,38 @@ def main(
         Path | None,
         typer.Option(
             "--control-socket",
-            envvar="VORTOS_CONTROL_SOCKET",
             help="Send every change through this `vortos run --control-socket`, which makes it "
-            "as your account; the database is then only read here.",
+            "as your account; the database is then only read here (VORTOS_CONTROL_SOCKET).",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Settings file (VORTOS_CONFIG; default ./vortos.toml when present). "
+            "`vortos config show` prints the effective settings.",
         ),
     ] = None,
 ) -> None:
     """Vortos: exactly-once periodic job scheduler."""
+    given = given_flags(
+        ctx, {"db_path": "db", "app_modules": "app", "control_socket": "control_socket"}
+    )
+    # Every setting is read and checked here, before any command opens the database.
+    settings = load_settings(flags=given, config=config)
     ctx.obj = CliState(
-        db=db_path,
-        app=app_modules,
+        db=settings.db,
+        app=settings.app,
         allow_exec=list(allow_exec or []),
-        control_socket=control_socket,
+        control_socket=settings.control_socket,
+        settings=settings,
     )
 
 
 app.command("run", epilog=EXIT_CODES)(run)
 app.command("consume", epilog=EXIT_CODES)(consume)
 app.command("doctor", epilog=EXIT_CODES)(doctor)
+app.add_typer(config_app, name="config", epilog=EXIT_CODES)
 app.command("tui", epilog=EXIT_CODES)(handles_errors(console))
 app.add_typer(schedule.app, name="schedule", epilog=EXIT_CODES)
 app.add_typer(runs.app, name="runs", epilog=EXIT_CODES)

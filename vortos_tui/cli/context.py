@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import os
 import pwd
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import typer
+from typer._click.core import ParameterSource
 
 from engine import (
     App,
@@ -18,6 +21,7 @@ from engine import (
     load_app,
     open_engine,
 )
+from engine.config import Settings, load_settings
 from engine.domain.approvals import approval_ttl_ms
 from engine.domain.errors import InvalidInput
 
@@ -29,6 +33,7 @@ class CliState:
     allow_exec: list[str] = field(default_factory=list)  # --allow-exec, beside VORTOS_PROCESS_ALLOW
     # --control-socket / VORTOS_CONTROL_SOCKET: changes go through `vortos run`'s socket
     control_socket: Path | None = None
+    settings: Settings = field(default_factory=load_settings)
     _app: App | None = None
     _commands: CommandRegistry | None = None
 
@@ -44,6 +49,16 @@ class CliState:
             registry = builtin_commands(ProcessAllowlist.from_env(self.allow_exec))
             self._commands = self.loaded_app().register_into(registry)
         return self._commands
+
+
+def given_flags(ctx: typer.Context, names: Mapping[str, str]) -> dict[str, Any]:
+    """{setting: value} of the parameters given on the command line (not defaulted), for the
+    settings they override; `names` maps parameter names to setting names."""
+    given = {}
+    for param, setting in names.items():
+        if ctx.get_parameter_source(param) is ParameterSource.COMMANDLINE:
+            given[setting] = ctx.params[param]
+    return given
 
 
 def state(ctx: typer.Context) -> CliState:

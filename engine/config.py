@@ -1,0 +1,231 @@
+"""Settings: typed, with defaults, from `vortos.toml`, `VORTOS_*` environment variables and
+command-line flags (each overriding the one before), validated all at once at start.
+
+A bad value is refused by name and value with what is allowed (`VORTOS_LEASE_TTL='abc'`), before
+anything opens the database; an unknown key in the file is refused too (a typo must not be a
+silently ignored setting). `vortos config show` prints each effective value and where it came
+from.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.domain.errors import InvalidInput
+from engine.domain.timeutil import format_duration, parse_duration
+
+CONFIG_ENV = "VORTOS_CONFIG"
+DEFAULT_FILE = "vortos.toml"
+ENV_PREFIX = "VORTOS_"
+
+Parser = Callable[[Any], Any]
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("a non-empty text")
+    return value
+
+
+def _path(value: Any) -> Path:
+    return Path(_text(value))
+
+
+def _duration(low_ms: int, high_ms: int) -> Parser:
+    allowed = (
+        f"a duration from {format_duration(low_ms)} to {format_duration(high_ms)} "
+        "(such as 90, 30s, 5m, 1h)"
+    )
+
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise TypeError(allowed)
+        try:
+            ms = (
+                int(value) * 1000
+                if isinstance(value, int)
+                else parse_duration(str(value), what="duration")
+            )
+        except InvalidInput:
+            raise ValueError(allowed) from None
+        if not low_ms <= ms <= high_ms:
+            raise ValueError(allowed)
+        return ms
+
+    return parse
+
+
+def _integer(low: int, high: int) -> Parser:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise TypeError(f"an integer from {low} to {high}")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"an integer from {low} to {high}") from None
+        if isinstance(value, float) or not low <= number <= high:
+            raise ValueError(f"an integer from {low} to {high}")
+        return number
+
+    return parse
+
+
+def _choice(*allowed: str) -> Parser:
+    def parse(value: Any) -> str:
+        text = str(value).lower()
+        if text not in allowed:
+            raise ValueError(f"one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    name: str  # the key in vortos.toml; the variable is VORTOS_ + its upper case
+    default: Any
+    parse: Parser
+    help: str
+    shown: Callable[[Any], str] = str
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+
+def _ms(value: Any) -> str:
+    return format_duration(int(value))
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("db", Path("vortos.db"), _path, "the SQLite database file"),
+    Setting("app", None, _text, "modules with @schedulable commands and @scheduled schedules"),
+    Setting("lease_ttl", 15_000, _duration(1_000, 600_000), "leader lease time to live", _ms),
+    Setting("lookahead", 0, _duration(0, 10_000), "dispatch slots this long before due", _ms),
+    Setting("tenant_cap", 200, _integer(0, 1_000_000), "one tenant's share of a dispatch batch"),
+    Setting("consumers", 4, _integer(1, 256), "consumer threads per process"),
+    Setting("claim_ttl", 60_000, _duration(1_000, 86_400_000), "a claim's time to live", _ms),
+    Setting("grace", 30_000, _duration(0, 3_600_000), "time to finish at shutdown", _ms),
+    Setting("approval_ttl", 86_400_000, _duration(1_000, 30 * 86_400_000), "four-eyes TTL", _ms),
+    Setting("control_socket", None, _path, "serve (run) or use (CLI) this control socket"),
+    Setting("control_group", None, _text, "the group that may use the control socket"),
+    Setting("audit_key_file", None, _path, "the audit key file"),
+    Setting("log_level", "info", _choice("debug", "info", "warning", "error"), "log level"),
+)
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True, slots=True)
+class Value:
+    value: Any
+    source: str  # default, the file's path, VORTOS_X, or --flag
+
+
+class Settings:
+    """The effective settings; `settings.lease_ttl`, and where each came from."""
+
+    def __init__(self, values: Mapping[str, Value]) -> None:
+        self._values = dict(values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name].value
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def source(self, name: str) -> str:
+        return self._values[name].source
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(name, shown value, source) in declaration order."""
+        found = []
+        for setting in SETTINGS:
+            entry = self._values[setting.name]
+            shown = "-" if entry.value is None else setting.shown(entry.value)
+            found.append((setting.name, shown, entry.source))
+        return found
+
+    def to_json(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: {"value": None if v.value is None else _jsonable(v.value), "source": v.source}
+            for name, v in self._values.items()
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
+
+
+def config_file(explicit: Path | None, env: Mapping[str, str]) -> Path | None:
+    """The file to read: --config, else VORTOS_CONFIG, else ./vortos.toml when it exists."""
+    if explicit is not None:
+        return explicit
+    named = env.get(CONFIG_ENV)
+    if named:
+        return Path(named)
+    default = Path(DEFAULT_FILE)
+    return default if default.is_file() else None
+
+
+def load_settings(
+    *,
+    flags: Mapping[str, Any] | None = None,
+    config: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Defaults < the file < the environment < `flags` (already typed by the CLI, keyed by
+    setting name, only those given on the command line). Every problem is reported at once."""
+    environment = os.environ if env is None else env
+    values = {s.name: Value(s.default, "default") for s in SETTINGS}
+    problems: list[str] = []
+    path = config_file(config, environment)
+    if path is not None:
+        for name, raw in _read_file(path, config is not None or CONFIG_ENV in environment).items():
+            setting = BY_NAME.get(name)
+            if setting is None:
+                known = ", ".join(sorted(BY_NAME))
+                problems.append(f"{path}: unknown setting {name!r} (known: {known})")
+                continue
+            _take(setting, raw, str(path), values, problems)
+    for setting in SETTINGS:
+        raw = environment.get(setting.env)
+        if raw is not None and raw != "":
+            _take(setting, raw, setting.env, values, problems)
+    for name, value in (flags or {}).items():
+        values[name] = Value(value, "--" + name.replace("_", "-"))
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    return Settings(values)
+
+
+def _take(
+    setting: Setting, raw: Any, source: str, values: dict[str, Value], problems: list[str]
+) -> None:
+    try:
+        values[setting.name] = Value(setting.parse(raw), source)
+    except (ValueError, TypeError) as exc:
+        problems.append(f"{source}={raw!r} is refused: {setting.name} must be {exc}")
+
+
+def _read_file(path: Path, required: bool) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise InvalidInput(f"config file {path} does not exist")
+        return {}
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"config file {path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise InvalidInput(f"config file {path} cannot be read: {exc}") from None
+    # Either top-level keys or a [vortos] table.
+    table = data.get("vortos", data)
+    if not isinstance(table, dict):
+        raise InvalidInput(f"config file {path}: [vortos] must be a table")
+    return table
