@@ -13,7 +13,7 @@ from tests.conftest import run_cli
 
 
 def shown(result_stdout: str) -> dict[str, dict[str, object]]:
-    found = json.loads(result_stdout)
+    found: dict[str, dict[str, object]] = json.loads(result_stdout)
     assert set(found) == {s.name for s in SETTINGS}
     return found
 
