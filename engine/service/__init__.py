@@ -12,13 +12,17 @@ from engine.service.core import validate_spec
 from engine.service.manual import BACKFILL_CONFIRM_OVER, BackfillReport, ManualFires
 from engine.service.operators import OperatorAdmin
 from engine.service.queue import DeadLetters
+from engine.service.retention import RetentionAdmin, RetentionView
 from engine.service.static import StaticSync, SyncReport
 
 
-class ScheduleService(ManualFires, DeadLetters, StaticSync, OperatorAdmin, Approvals, AuditTrail):
+class ScheduleService(
+    ManualFires, DeadLetters, StaticSync, OperatorAdmin, Approvals, AuditTrail, RetentionAdmin
+):
     """Schedules (create, pause, resume, delete, preview), manual fires (trigger, backfill),
     dead letters (list, requeue, purge), static schedules (sync), operators (grant,
-    revoke), four-eyes approvals (approve, reject) and the audit chains an operator may read."""
+    revoke), four-eyes approvals (approve, reject), the audit chains an operator may read, and
+    retention (per-tenant overrides, legal holds, pruning now)."""
 
 
 __all__ = [
@@ -26,6 +30,7 @@ __all__ = [
     "PREVIEW_MAX",
     "BackfillReport",
     "PreviewSlot",
+    "RetentionView",
     "ScheduleService",
     "SyncReport",
     "validate_spec",

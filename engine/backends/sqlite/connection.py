@@ -169,8 +169,10 @@ UPDATE schedules
  WHERE origin = 'static' AND status = 'paused';
 """,
     # Retention: per-tenant overrides of how long run history is kept (0: a legal hold).
+    # IF NOT EXISTS: a file stamped back to an older version (as tests do to replay an
+    # upgrade) may hold the table already.
     9: """
-CREATE TABLE retention_overrides (
+CREATE TABLE IF NOT EXISTS retention_overrides (
     tenant TEXT PRIMARY KEY,
     days   INTEGER NOT NULL CHECK (days >= 0),
     reason TEXT,
