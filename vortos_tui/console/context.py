@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 
 from engine import Clock, ReadModel
 from engine.domain.access import Identity, Operation
+from engine.governance.doctor import Report
 from engine.governance.policy import RoleBasedPolicy
 from engine.ports.policy import Decision, Policy
 from vortos_tui.console.actions import ConsoleActions
@@ -58,6 +59,8 @@ class ConsoleContext:
     # The operator's grants as the newest overview read them (None: the database has no
     # operator yet, or nothing was read yet: every account may do everything).
     identity: Identity | None = None
+    # Runs every doctor check on a worker thread (None: the Doctor view says it cannot).
+    doctor: Callable[[], Report] | None = None
 
     @property
     def read_only(self) -> bool:

@@ -109,6 +109,7 @@ def run_console(
         actions=actions,
         refresh_s=refresh_s,
         policy=policy,
+        doctor=lambda: run_doctor(cli),
     )
     app = VortosConsole(context, keymap=keymap)
     with route_logs(app, log_file):

@@ -87,6 +87,10 @@ _RECENT = (
 )
 
 
+# The newest fired slot, through runs_by_schedule (schedule_id, slot_at): one index seek.
+_LAST = "(SELECT max(r.slot_at) FROM runs r WHERE r.schedule_id = schedules.id)"
+
+
 class _Cursor:
     """The part of sqlite3.Cursor that aiosqlite calls, over an apsw cursor."""
 
@@ -280,7 +284,7 @@ class SqliteReadModel:
         if query.status is not None:
             where.append("status = ?")
             args.append(query.status.value)
-        columns = f"{SCHEDULE_COLUMNS}, {_RECENT}"
+        columns = f"{SCHEDULE_COLUMNS}, {_RECENT}, {_LAST}"
         due_possible = query.status in (None, ScheduleStatus.ACTIVE)
         async with self._snapshot() as (db, scope):
             only, scope_args = _scoped("tenant", scope)
@@ -311,7 +315,9 @@ class SqliteReadModel:
                     "ORDER BY tenant, name LIMIT ? OFFSET ?",
                     (*args, limit - len(found), max(0, offset - due)),
                 )
-        rows = tuple(ScheduleRow(schedule_from_row(r[:-1]), _recent(r[-1])) for r in found)
+        rows = tuple(
+            ScheduleRow(schedule_from_row(r[:-2]), _recent(r[-2]), r[-1]) for r in found
+        )
         return Page(rows, offset, total, offset + len(rows) < total)
 
     async def fires(self, query: FireListQuery) -> Page[Run]:

@@ -9,13 +9,25 @@ from rich.text import Text
 
 from engine import Run, RunState, Schedule, ScheduleStatus
 from engine.domain.schedule import ScheduleOrigin
+from engine.governance.deadman import Verdict, judge
 from vortos_tui.console.format import duration, full_instant, in_words, instant, state_text
 
 Cells = tuple[Text | str, ...]
 
 
-def badges(schedule: Schedule) -> Text:
+def overdue(schedule: Schedule, last_slot_at: int | None, now_ms: int) -> bool:
+    """The dead-man detector's verdict (see engine.governance.deadman): it has not fired as
+    often as its trigger says."""
+    if schedule.status is not ScheduleStatus.ACTIVE or schedule.next_slot_at is None:
+        return False
+    return judge(schedule, last_slot_at, now_ms).verdict in (Verdict.OVERDUE, Verdict.NEVER_FIRED)
+
+
+def badges(schedule: Schedule, *, late: bool = False) -> Text:
     text = state_text(schedule.status.value)
+    if late:
+        text.append(" ")
+        text.append("LATE", style="bold reverse red")
     if schedule.override is not None:
         # An operator's pause or resume of a code-declared schedule, kept across deploys.
         text.append(" ")

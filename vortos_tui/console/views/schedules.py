@@ -18,7 +18,7 @@ from engine import (
 )
 from vortos_tui.console.actions import ScheduleRef, Verb
 from vortos_tui.console.format import sparkline, state_text, trigger_words
-from vortos_tui.console.views.cells import badges, name_cell, next_fire
+from vortos_tui.console.views.cells import badges, name_cell, next_fire, overdue
 from vortos_tui.console.views.lists import ListView
 from vortos_tui.console.views.registry import ViewSpec, register_view
 from vortos_tui.console.views.schedule_detail import ScheduleDetailView
@@ -84,7 +84,7 @@ class SchedulesView(ListView):
                     s.id,
                     (
                         name_cell(s),
-                        badges(s),
+                        badges(s, late=overdue(s, row.last_slot_at, now_ms)),
                         at,
                         when,
                         state_text(last.value) if last else Text("-", style="dim"),
