@@ -17,9 +17,11 @@ from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
 from engine.governance.keys import load_keyring
 from engine.governance.policy import AccessControl, RoleBasedPolicy
+from engine.observability.observer import Observer
 from engine.ports.dispatch import DispatchReport
 from engine.ports.policy import Policy
 from engine.ports.read_model import ReadModel, Viewer
+from engine.runtime.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_RECOVERY_MS
 from engine.runtime.consumer import (
     DEFAULT_CLAIM_TTL_MS,
     DEFAULT_CONCURRENCY,
@@ -74,7 +76,14 @@ class Engine:
         lookahead_ms: int = 0,
         on_dispatch: Callable[[DispatchReport], None] | None = None,
         tenant_cap: int | None = DEFAULT_TENANT_CAP,
+        observer: Observer | None = None,
+        breaker_failures: int = DEFAULT_BREAKER_FAILURES,
+        breaker_recovery_ms: int = DEFAULT_BREAKER_RECOVERY_MS,
     ) -> SchedulerDaemon:
+        """A scheduling daemon on this engine's store. `observer` receives what it does
+        (engine.observability: metrics, spans); the dispatch circuit breaker opens after
+        `breaker_failures` consecutive failed dispatch transactions and half-opens after
+        `breaker_recovery_ms`."""
         return SchedulerDaemon(
             self.storage,
             self.clock,
@@ -83,8 +92,11 @@ class Engine:
                 lease_ttl_ms=lease_ttl_ms,
                 lookahead_ms=lookahead_ms,
                 tenant_cap=tenant_cap,
+                breaker_failures=breaker_failures,
+                breaker_recovery_ms=breaker_recovery_ms,
             ),
             on_dispatch=on_dispatch,
+            observer=observer,
         )
 
     def consumer(
@@ -95,8 +107,10 @@ class Engine:
         claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS,
         grace_ms: int = DEFAULT_GRACE_MS,
         on_settle: SettleListener | None = None,
+        observer: Observer | None = None,
     ) -> FireQueueConsumer:
-        """Consumers run the fires of the commands registered in this engine."""
+        """Consumers run the fires of the commands registered in this engine; `observer`
+        receives what they do (engine.observability: metrics, spans)."""
         return FireQueueConsumer(
             self.storage,
             self.clock,
@@ -108,6 +122,7 @@ class Engine:
                 grace_ms=grace_ms,
             ),
             on_settle=on_settle,
+            observer=observer,
         )
 
     def close(self) -> None:

@@ -24,7 +24,8 @@ from engine.domain.errors import StorageError
 from engine.domain.retry import RetryPolicy
 from engine.domain.run import RunState
 from engine.domain.timeutil import format_duration, iso_utc
-from engine.ports.fire_queue import Fire, Outcome, Settlement, SettleReport
+from engine.observability.observer import NULL_OBSERVER, Observer
+from engine.ports.fire_queue import Claim, Fire, FireQuery, Outcome, Settlement, SettleReport
 from engine.ports.storage import Storage
 from engine.runtime.executor import CancelReason, abandoned_too_often, execute
 
@@ -62,6 +63,7 @@ class _InFlight:
     token: str
     ctx: FireContext
     claimed_till: int
+    ran_s: float | None = None  # how long the command ran (set by its worker thread)
 
 
 @dataclass(slots=True)
@@ -85,12 +87,14 @@ class FireQueueConsumer:
         commands: CommandRegistry,
         config: ConsumerConfig,
         on_settle: SettleListener | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._storage = storage
         self._clock = clock
         self._commands = commands
         self.config = config
         self._on_settle = on_settle
+        self._observer = observer or NULL_OBSERVER
         self._inflight: dict[int, _InFlight] = {}
         self._jobs: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
         self._done: queue.SimpleQueue[tuple[str, Settlement]] = queue.SimpleQueue()
@@ -287,6 +291,8 @@ class FireQueueConsumer:
             self._settled(settlements, reports[token])
         for rid, why in {**claim.skipped, **claim.cancelled}.items():
             log.info("run %d not run: %s", rid, why)
+        if self._observer.active:
+            self._observer.claimed(claim, self._unrun(claim))
         refused: list[Settlement] = []
         for fire in claim.fires:
             poisoned = (
@@ -295,6 +301,10 @@ class FireQueueConsumer:
                 else None
             )
             if poisoned is not None:
+                # Settled below without running; in flight until then, for its settlement.
+                self._inflight[fire.run_id] = _InFlight(
+                    fire, claim.token, _context(fire), claim.claimed_till
+                )
                 refused.append(poisoned)
                 continue
             item = _InFlight(fire, claim.token, _context(fire), claim.claimed_till)
@@ -305,6 +315,18 @@ class FireQueueConsumer:
             self._settle(claim.token, refused)
         # Fires skipped or cancelled at claim took room in the batch: more may be waiting.
         return len(claim.fires) + len(claim.skipped) + len(claim.cancelled)
+
+    def _unrun(self, claim: Claim) -> list[Fire]:
+        """The fires a claim skipped or cancelled, read for the observer's labels (a read,
+        only when there are some)."""
+        ids = (*claim.skipped, *claim.cancelled)
+        if not ids:
+            return []
+        try:
+            return self._storage.fire_queue.read(FireQuery(run_ids=ids, limit=len(ids)))
+        except StorageError as exc:
+            log.debug("could not read the fires skipped at claim: %s", exc)
+            return []
 
     def _renew_margin(self) -> int:
         return self.config.claim_ttl_ms * 2 // 3
@@ -348,8 +370,12 @@ class FireQueueConsumer:
         self._send({token: settlements})
 
     def _settled(self, settlements: list[Settlement], report: SettleReport) -> None:
+        observe = self._observer.active
+        stale = set(report.stale) if observe and report.stale else ()
         for s in settlements:
             item = self._inflight.pop(s.run_id, None)
+            if observe and item is not None:
+                self._observer.settled(item.fire, s, item.ran_s, acked=s.run_id not in stale)
             self.stats.by_outcome[s.run_state.value] = (
                 self.stats.by_outcome.get(s.run_state.value, 0) + 1
             )
@@ -383,7 +409,11 @@ class FireQueueConsumer:
                 item = self._jobs.get()
                 if item is None:
                     return
-                settlement = self._run(item, runner.run)
+                started = time.perf_counter()
+                with self._observer.running(item.fire) as watch:
+                    settlement = self._run(item, runner.run)
+                    item.ran_s = time.perf_counter() - started
+                    watch.finished(settlement, item.ran_s)
                 self._done.put((item.token, settlement))
                 self._wake.set()
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,11 +19,25 @@ from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.domain.errors import LeaseError, StorageError, VortosError
 from engine.domain.misfire import SlotPlan, plan_slots
-from engine.domain.schedule import Schedule
-from engine.domain.timeutil import iso_utc
+from engine.domain.schedule import Schedule, ScheduleStatus
+from engine.domain.timeutil import format_duration, iso_utc
+from engine.observability.observer import (
+    NULL_OBSERVER,
+    DispatchFacts,
+    LeaderChange,
+    Observer,
+    recording,
+)
 from engine.ports.dispatch import DispatchReport
 from engine.ports.lease import LEADER_LEASE
+from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
+from engine.runtime.breaker import (
+    DEFAULT_BREAKER_FAILURES,
+    DEFAULT_BREAKER_RECOVERY_MS,
+    BreakerState,
+    CircuitBreaker,
+)
 
 log = logging.getLogger("vortos.daemon")
 
@@ -36,6 +51,16 @@ MAX_LOOKAHEAD_MS = 10_000
 # No dispatch once this share of the TTL has passed without a successful renewal: the lease
 # may be about to pass to someone else.
 RENEWAL_GUARD = 0.9
+# After a failed dispatch transaction (the breaker still closed), wait this long before the
+# next, doubling per consecutive failure up to MAX_RETRY_MS.
+FIRST_RETRY_MS = 500
+MAX_RETRY_MS = 30_000
+# When the breaker opens, the due schedules it holds back are counted, this many at most (a
+# read, ordered by due instant: once per opening, not per step).
+HELD_BACK_MAX = 1_000
+# While a renewal keeps failing, try it again at most this often.
+RENEW_RETRY_MS = 1_000
+DISPATCH_BREAKER = "dispatch"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +79,11 @@ class DaemonConfig:
     # While other tenants have schedules due, one tenant's backlog takes at most this many of
     # a transaction's due schedules (None or 0: no cap), so it cannot starve the others.
     tenant_cap: int | None = DEFAULT_TENANT_CAP
+    # The dispatch circuit breaker opens after this many consecutive failed dispatch
+    # transactions (storage errors; a refused lease is not one), and half-opens after
+    # `breaker_recovery_ms`.
+    breaker_failures: int = DEFAULT_BREAKER_FAILURES
+    breaker_recovery_ms: int = DEFAULT_BREAKER_RECOVERY_MS
 
 
 class SchedulerDaemon:
@@ -65,6 +95,7 @@ class SchedulerDaemon:
         clock: Clock,
         config: DaemonConfig,
         on_dispatch: Callable[[DispatchReport], None] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         if config.lease_ttl_ms < MIN_LEASE_TTL_MS:
             raise ValueError("the lease TTL must be at least 1s")
@@ -75,19 +106,41 @@ class SchedulerDaemon:
         self.config = config
         self._token = secrets.token_hex(16)
         self._on_dispatch = on_dispatch
+        self._observer = observer or NULL_OBSERVER
         self._stop = threading.Event()
         self.leading = False
         self._last_renewed = 0
         # Standbys wake at the holder's expiry plus this, fixed per node, so they spread out.
         spread = min(1000, config.lease_ttl_ms // 10)
         self._standby_jitter_ms = zlib.crc32(config.node_id.encode()) % (spread + 1)
+        self.breaker = CircuitBreaker(
+            clock,
+            failures=config.breaker_failures,
+            recovery_ms=config.breaker_recovery_ms,
+            on_change=self._breaker_changed,
+        )
+        self._count_held_back = False  # set when the breaker opens
+        self._observer.daemon_started(config.lease_key, config.node_id)
 
     @property
     def token(self) -> str:
         return self._token
 
+    @property
+    def breaker_state(self) -> BreakerState:
+        """The dispatch circuit breaker's state (closed, open, half_open); `breaker` has the
+        details (consecutive failures, when an open breaker will probe again)."""
+        return self.breaker.state
+
     def step(self) -> float:
         """Do what is due now; return how many seconds to wait before the next step."""
+        started = time.perf_counter()
+        try:
+            return self._step()
+        finally:
+            self._observer.tick(time.perf_counter() - started)
+
+    def _step(self) -> float:
         now = self._clock.now_ms()
         ttl = self.config.lease_ttl_ms
         if not self.leading:
@@ -103,6 +156,15 @@ class SchedulerDaemon:
             # Nothing due: woken by someone else's commit (consumers settle all the time).
             # A read decides that; a write transaction would only compete with them.
             return self._idle_wait(now, next_due, dispatched=False)
+        if not self.breaker.allow():
+            self._hold_back(horizon)
+            return self._open_wait(now)
+        observer = self._observer
+        facts = DispatchFacts(now, time.time_ns(), 0.0, self.config.node_id)
+        resolve = resolver_at(horizon)
+        if observer.active:
+            resolve = recording(resolve, facts)
+        started = time.perf_counter()
         try:
             report = self._storage.dispatcher.dispatch_due(
                 lease_key=self.config.lease_key,
@@ -110,19 +172,99 @@ class SchedulerDaemon:
                 node_id=self.config.node_id,
                 now_ms=now,
                 limit=self.config.batch,
-                resolve=resolver_at(now + self.config.lookahead_ms),
-                until_ms=now + self.config.lookahead_ms,
+                resolve=resolve,
+                until_ms=horizon,
                 tenant_cap=self.config.tenant_cap,
             )
         except LeaseError as exc:
+            # The store answered: it is not what the breaker guards against.
+            self.breaker.succeeded()
+            self._failed(exc, facts, started)
             self._lose(f"dispatch refused: {exc}")
             return 0.0
+        except StorageError as exc:
+            self.breaker.failed()
+            self._failed(exc, facts, started)
+            return self._retry_wait(now, exc)
+        facts.seconds = time.perf_counter() - started
+        self.breaker.succeeded()
         self._report(report, now)
+        if observer.active:
+            observer.dispatched(report, facts)
         if report.truncated or report.scanned >= self.config.batch:
             return 0.0  # more is due: go again at once
         return self._idle_wait(
             now, self._storage.dispatcher.next_due_at(), dispatched=bool(report.dispatched)
         )
+
+    def _failed(self, error: Exception, facts: DispatchFacts, started: float) -> None:
+        facts.seconds = time.perf_counter() - started
+        facts.planned.clear()  # rolled back: none of it happened
+        self._observer.dispatch_failed(error, facts)
+
+    def _retry_wait(self, now: int, error: StorageError) -> float:
+        """After a failed dispatch transaction: back off, or wait out an open breaker."""
+        failures = self.breaker.consecutive_failures
+        if self.breaker.state is BreakerState.OPEN:
+            log.error(
+                "dispatch failed %d times in a row (last: %s): breaker open, no dispatch for %s",
+                failures,
+                error,
+                format_duration(self.config.breaker_recovery_ms),
+            )
+            return self._open_wait(now)
+        wait_ms = min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** min(failures - 1, 16))
+        log.error(
+            "dispatch failed (%d of %d before the breaker opens): %s (retrying in %s)",
+            failures,
+            self.breaker.failure_threshold,
+            error,
+            format_duration(wait_ms),
+        )
+        return self._wait_until(min(now + wait_ms, self._renewal_due(now)))
+
+    def _open_wait(self, now: int) -> float:
+        """While the breaker is open: sleep until it half-opens, renewing the lease meanwhile
+        (the store may be back for a renewal before the window ends)."""
+        retry_at = self.breaker.retry_at_ms
+        renew = self._renewal_due(now)
+        return self._wait_until(renew if retry_at is None else min(retry_at, renew))
+
+    def _renewal_due(self, now: int) -> int:
+        """When to renew next; not sooner than RENEW_RETRY_MS while renewals fail."""
+        ttl = self.config.lease_ttl_ms
+        return max(self._last_renewed + ttl // 3, now + min(RENEW_RETRY_MS, ttl // 10))
+
+    def _wait_until(self, instant: int) -> float:
+        return max(0.0, (instant - self._clock.now_ms()) / 1000)
+
+    def _hold_back(self, horizon: int) -> None:
+        """Count the due schedules the breaker holds back, once each time it opens (a read:
+        it works while another process holds the write lock)."""
+        if not self._count_held_back or not self._observer.active:
+            return
+        self._count_held_back = False
+        try:
+            soonest = self._storage.schedules.query(
+                ScheduleQuery(
+                    status=ScheduleStatus.ACTIVE, limit=min(self.config.batch, HELD_BACK_MAX)
+                )
+            )
+        except StorageError as exc:
+            log.debug("could not read the due schedules held back: %s", exc)
+            return
+        due = [s for s in soonest if s.next_fire_at is not None and s.next_fire_at <= horizon]
+        if due:
+            self._observer.held_back(due)
+
+    def _breaker_changed(self, state: BreakerState) -> None:
+        if state is BreakerState.CLOSED:
+            log.warning("dispatch succeeded again: breaker closed")
+        elif state is BreakerState.OPEN:
+            self._count_held_back = True
+        elif state is BreakerState.HALF_OPEN:
+            log.warning("breaker half-open: trying one dispatch")
+        self._observer.breaker_changed(DISPATCH_BREAKER, state.value)
 
     def _idle_wait(self, now: int, next_due: int | None, *, dispatched: bool) -> float:
         """Seconds until the next due slot, the next renewal, or at most MAX_IDLE_MS."""
@@ -170,6 +312,7 @@ class SchedulerDaemon:
         try:
             self._storage.leases.release(self.config.lease_key, self._token)
             log.info("%s released the lease", self.config.node_id)
+            self._observer.leader_changed(self.config.lease_key, LeaderChange.RELEASED)
             self._record("leader.released")
         except (LeaseError, StorageError) as exc:
             log.warning("could not release the lease: %s", exc)
@@ -187,8 +330,10 @@ class SchedulerDaemon:
             log.info(
                 "%s leads (lease %s, ttl %d ms)", self.config.node_id, self.config.lease_key, ttl
             )
+            self._observer.leader_changed(self.config.lease_key, LeaderChange.ACQUIRED)
             self._record("leader.acquired", acquired_at=lease.acquired_at, ttl_ms=ttl)
             return 0.0
+        self._observer.lease_contended(self.config.lease_key)
         holder = self._storage.leases.current(self.config.lease_key)
         wait_ms = ttl // 2 if holder is None else min(ttl // 2, holder.expires_at - now)
         return max(0, wait_ms + self._standby_jitter_ms) / 1000
@@ -211,13 +356,14 @@ class SchedulerDaemon:
     def _lose(self, why: str) -> None:
         if self.leading:
             log.warning("%s lost the lease: %s", self.config.node_id, why)
+            self._observer.leader_changed(self.config.lease_key, LeaderChange.LOST)
             self._record("leader.lost", reason=why)
         self.leading = False
         self._token = secrets.token_hex(16)
 
     def _record(self, event: str, **data: object) -> None:
         """A lease change in the system's audit chain. Dispatch must not wait on it: a failed
-        append is logged (and counted by the metrics issue), the lease change stands."""
+        append is logged and counted, the lease change stands."""
         try:
             self._storage.audit.append(
                 [
@@ -230,6 +376,7 @@ class SchedulerDaemon:
             )
         except VortosError as exc:
             log.warning("could not record %s in the audit chain: %s", event, exc)
+            self._observer.audit_append_failed(event)
 
     def _report(self, report: DispatchReport, now: int) -> None:
         if log.isEnabledFor(logging.INFO):
