@@ -132,9 +132,7 @@ class RetentionSweeper:
             # Judged again inside the transaction: a legal hold placed, or a dead letter
             # requeued, since the page was read is respected.
             plan = RetentionPlan.at(now, settings, store.overrides())
-            removed = store.delete(
-                [r.run_id for r in plan.select(store.examine_runs([r.run_id for r in chosen]))]
-            )
+            removed = store.delete([r.run_id for r in chosen], still=plan.prunes)
             if removed:
                 events = _events(removed, plan, report, actor)
                 (record or self._storage.audit.append)(events)

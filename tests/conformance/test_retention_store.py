@@ -240,17 +240,6 @@ def test_a_run_without_a_finish_ages_from_its_dispatch(storage: Storage) -> None
     assert (age.aged_from, age.dispatched_at) == (12345, 12345)
 
 
-def test_examine_runs_reads_the_given_runs_as_they_stand(storage: Storage) -> None:
-    schedule = schedule_of(storage)
-    ids = [settled(storage, schedule, n) for n in range(3)]
-    last = newest(storage, schedule)
-
-    found = storage.retention.examine_runs([ids[2], 999_999, ids[0], last])
-
-    assert [a.run_id for a in found] == [ids[0], ids[2]]  # id order; absent and newest left out
-    assert storage.retention.examine_runs([]) == []
-
-
 # --- delete --------------------------------------------------------------------------------
 
 
@@ -284,6 +273,23 @@ def test_delete_reports_what_it_removed_as_it_stood(storage: Storage) -> None:
         (purged, "acme", RunStanding.SETTLED, False),
     ]
     assert all(storage.runs.get(r) is None for r in (done, dead, purged))
+
+
+def test_delete_removes_only_what_its_judge_still_accepts(storage: Storage) -> None:
+    acme, other = schedule_of(storage, tenant="acme"), schedule_of(storage, tenant="other")
+    mine, theirs = settled(storage, acme, 0), settled(storage, other, 0)
+    newest(storage, acme)
+    judged: list[RunAge] = []
+
+    def still(age: RunAge) -> bool:
+        judged.append(age)
+        return age.tenant == "acme"
+
+    removed = storage.retention.delete([mine, theirs], still=still)
+
+    assert [r.run_id for r in removed] == [mine]
+    assert sorted(a.run_id for a in judged) == sorted([mine, theirs])
+    assert storage.runs.get(theirs) is not None
 
 
 def test_delete_never_removes_an_open_run_or_its_fire(storage: Storage) -> None:
