@@ -78,7 +78,7 @@ class SweepCommand:
             )
         settings = RetentionSettings(days, dead_letter_days, batch_size, budget_s)
         report = RetentionSweeper(storage, clock).sweep(
-            settings, actor=SWEEP_ACTOR, trigger="sweep", wait=fire.wait_cancelled
+            settings, actor=SWEEP_ACTOR, trigger="scheduled", wait=fire.wait_cancelled
         )
         return report.to_json()
 

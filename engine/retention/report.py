@@ -33,7 +33,7 @@ class PruneReport:
     budget ran out, or it was asked to stop); the next sweep goes on from where it is."""
 
     sweep_id: str
-    trigger: str  # "sweep" (the built-in schedule) or "manual" (`vortos prune`)
+    trigger: str  # "scheduled" (the built-in sweeper schedule) or "manual" (`vortos prune`)
     dry_run: bool
     started_at: int  # ms since the epoch, UTC: the instant the retention is counted from
     settings: RetentionSettings

@@ -66,7 +66,7 @@ class RetentionSweeper:
         settings: RetentionSettings,
         *,
         actor: str,
-        trigger: str = "sweep",
+        trigger: str = "scheduled",
         dry_run: bool = False,
         wait: Wait | None = None,
         record: Record | None = None,

@@ -721,4 +721,4 @@ def test_a_read_only_engine_leaves_the_sweeper_attached_where_it_was(
         with open_engine(db_path, clock=clock, commands=commands, readonly=True):
             pass
         report = commands.get(SWEEP_COMMAND).run(fire=_context(run.id, run.slot_key))
-    assert report["trigger"] == "sweep"
+    assert report["trigger"] == "scheduled"
