@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import typer
 
 from engine.api import default_node_id
+from engine.observability import DEFAULT_METRICS_HOST
 from vortos_tui.cli.context import open_to_serve, state
 from vortos_tui.cli.output import handles_errors
 from vortos_tui.cli.workers import (
@@ -15,12 +17,16 @@ from vortos_tui.cli.workers import (
     Consumers,
     Grace,
     LogLevel,
+    MetricsHost,
+    MetricsPort,
     NodeId,
+    Tracing,
     build_consumer,
     check_node_id,
     configure_logging,
     consumer_settings,
     on_stop_signals,
+    start_telemetry,
 )
 
 log = logging.getLogger("vortos.consume")
@@ -33,6 +39,9 @@ def consume(
     claim_ttl: ClaimTtl = "60s",
     grace: Grace = "30s",
     node_id: NodeId = None,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
+    trace: Tracing = True,
     log_level: LogLevel = "info",
 ) -> None:
     """Run fires' commands (claimed from the queue; nothing is dispatched here).
@@ -46,15 +55,21 @@ def consume(
     node = node_id or default_node_id()
     cli = state(ctx)
     names = cli.commands().names()
-    with open_to_serve(ctx) as engine:
-        consumer = build_consumer(engine, node, settings)
+    with contextlib.ExitStack() as serving:
+        # A metrics port in use fails here, before the database is opened.
+        telemetry = start_telemetry(metrics_port, metrics_host, trace)
+        serving.callback(telemetry.close)
+        engine = serving.enter_context(open_to_serve(ctx))
+        telemetry.watch(engine, cli.db)
+        consumer = build_consumer(engine, node, settings, telemetry.observer)
         on_stop_signals(consumer.stop)
         log.info(
-            "consumer %s on %s: %d thread(s), commands %s",
+            "consumer %s on %s: %d thread(s), commands %s; %s",
             node,
             cli.db,
             settings.concurrency,
             ", ".join(names),
+            telemetry.describe(),
         )
         consumer.run()
         log.info("stopped")

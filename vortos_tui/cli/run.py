@@ -9,13 +9,19 @@ from typing import Annotated
 
 import typer
 
-from engine.api import default_node_id
+from engine.api import Engine, default_node_id
 from engine.domain.approvals import approval_ttl_ms
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
+from engine.observability import DEFAULT_METRICS_HOST
 from engine.ports.dispatch import DispatchReport
+from engine.runtime.breaker import (
+    DEFAULT_BREAKER_FAILURES,
+    MAX_BREAKER_FAILURES,
+    MIN_BREAKER_RECOVERY_MS,
+)
 from engine.runtime.daemon import DEFAULT_TENANT_CAP, MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
-from vortos_tui.cli.context import open_to_serve, operator, state
+from vortos_tui.cli.context import CliState, open_to_serve, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
 from vortos_tui.cli.workers import (
@@ -24,13 +30,17 @@ from vortos_tui.cli.workers import (
     Consumers,
     Grace,
     LogLevel,
+    MetricsHost,
+    MetricsPort,
     NodeId,
+    Tracing,
     build_consumer,
     check_node_id,
     configure_logging,
     consumer_settings,
     on_stop_signals,
     start_consumer,
+    start_telemetry,
 )
 
 log = logging.getLogger("vortos.run")
@@ -66,6 +76,25 @@ def run(
             "(0: no cap).",
         ),
     ] = DEFAULT_TENANT_CAP,
+    breaker_failures: Annotated[
+        int,
+        typer.Option(
+            "--breaker-failures",
+            min=1,
+            max=MAX_BREAKER_FAILURES,
+            help="Open the dispatch circuit breaker after this many dispatch transactions in a "
+            "row failed (the database locked past its busy timeout, say): no dispatch is tried "
+            "while it is open, and no slot is lost.",
+        ),
+    ] = DEFAULT_BREAKER_FAILURES,
+    breaker_recovery: Annotated[
+        str,
+        typer.Option(
+            "--breaker-recovery",
+            help="How long the open breaker waits before trying one dispatch again (at "
+            "least 1s); success closes it, failure opens it for another wait.",
+        ),
+    ] = "30s",
     control_socket: Annotated[
         Path | None,
         typer.Option(
@@ -96,6 +125,9 @@ def run(
     ] = False,
     claim_ttl: ClaimTtl = "60s",
     grace: Grace = "30s",
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
+    trace: Tracing = True,
     demo: Annotated[
         bool,
         typer.Option(
@@ -115,9 +147,8 @@ def run(
     ttl = parse_duration(lease_ttl, what="lease TTL")
     if ttl < MIN_LEASE_TTL_MS:
         raise InvalidInput(f"lease TTL {format_duration(ttl)} is too short: use at least 1s")
-    ahead = parse_duration(lookahead, what="lookahead")
-    if ahead > MAX_LOOKAHEAD_MS:
-        raise InvalidInput(f"lookahead {lookahead!r} is too long: at most 10s")
+    ahead = _lookahead_ms(lookahead)
+    recovery_ms = _breaker_recovery_ms(breaker_recovery)
     check_node_id(node_id)
     ttl_ms = approval_ttl_ms(approval_ttl)
     if control_group is not None and control_socket is None:
@@ -126,28 +157,25 @@ def run(
     node = node_id or default_node_id()
     cli = state(ctx)
     cli.commands()  # import the app (and refuse a broken one) before opening the database
-    with open_to_serve(ctx) as engine, contextlib.ExitStack() as serving:
+    with contextlib.ExitStack() as serving:
+        # A metrics port in use fails here, before the database is opened.
+        telemetry = start_telemetry(metrics_port, metrics_host, trace)
+        serving.callback(telemetry.close)
+        engine = serving.enter_context(open_to_serve(ctx))
+        telemetry.watch(engine, cli.db)
         # Every fire is audited: without the key there is no dispatching, so say so now.
         engine.storage.audit.keys()
         engine.service.four_eyes.ttl_ms = ttl_ms
         if control_socket is not None:
             serving.enter_context(engine.serve_control(control_socket, group=control_group))
         if cli.app is not None:
-            report = engine.service.sync_static(cli.loaded_app().static, actor=operator())
-            log.info(
-                "app %s: %d command(s); static schedules %d created, %d updated, "
-                "%d unchanged, %d disabled",
-                cli.app,
-                len(cli.loaded_app().commands),
-                len(report.created),
-                len(report.updated),
-                len(report.unchanged),
-                len(report.disabled),
-            )
+            _sync_static(engine, cli)
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
-        consumer = None if no_consume else build_consumer(engine, node, settings)
+        consumer = (
+            None if no_consume else build_consumer(engine, node, settings, telemetry.observer)
+        )
 
         def dispatched(report: DispatchReport) -> None:
             if consumer is not None and report.dispatched:
@@ -159,6 +187,9 @@ def run(
             lookahead_ms=ahead,
             on_dispatch=dispatched,
             tenant_cap=tenant_cap or None,
+            observer=telemetry.observer,
+            breaker_failures=breaker_failures,
+            breaker_recovery_ms=recovery_ms,
         )
 
         def stop() -> None:
@@ -168,11 +199,12 @@ def run(
 
         on_stop_signals(stop)
         log.info(
-            "vortos %s on %s (lease ttl %s, %s)",
+            "vortos %s on %s (lease ttl %s, %s, %s)",
             node,
             cli.db,
             format_duration(ttl),
             "no consumers" if consumer is None else f"{settings.concurrency} consumer thread(s)",
+            telemetry.describe(),
         )
         worker = None if consumer is None else start_consumer(consumer)
         try:
@@ -182,3 +214,32 @@ def run(
                 consumer.stop()
                 worker.join()
         log.info("stopped")
+
+
+def _sync_static(engine: Engine, cli: CliState) -> None:
+    report = engine.service.sync_static(cli.loaded_app().static, actor=operator())
+    log.info(
+        "app %s: %d command(s); static schedules %d created, %d updated, %d unchanged, %d disabled",
+        cli.app,
+        len(cli.loaded_app().commands),
+        len(report.created),
+        len(report.updated),
+        len(report.unchanged),
+        len(report.disabled),
+    )
+
+
+def _lookahead_ms(text: str) -> int:
+    ahead = parse_duration(text, what="lookahead")
+    if ahead > MAX_LOOKAHEAD_MS:
+        raise InvalidInput(f"lookahead {text!r} is too long: at most 10s")
+    return ahead
+
+
+def _breaker_recovery_ms(text: str) -> int:
+    recovery_ms = parse_duration(text, what="breaker recovery")
+    if recovery_ms < MIN_BREAKER_RECOVERY_MS:
+        raise InvalidInput(
+            f"breaker recovery {format_duration(recovery_ms)} is too short: use at least 1s"
+        )
+    return recovery_ms

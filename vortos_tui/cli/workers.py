@@ -6,16 +6,29 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from engine import Engine, FireQueueConsumer
+from engine import Engine, FireQueueConsumer, open_read_model
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
+from engine.observability import (
+    NULL_OBSERVER,
+    MetricsServer,
+    Observer,
+    Observers,
+    serve_metrics,
+    tracing,
+)
 from engine.runtime.consumer import DEFAULT_CONCURRENCY, MIN_CLAIM_TTL_MS
+
+if TYPE_CHECKING:
+    # Loaded only when metrics are asked for: they import prometheus_client.
+    from engine.observability import PrometheusMetrics, StoreGauges
 
 log = logging.getLogger("vortos.run")
 
@@ -52,6 +65,38 @@ LogLevel = Annotated[
     typer.Option("--log-level", help="debug, info, warning or error.", envvar="VORTOS_LOG_LEVEL"),
 ]
 
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        "--metrics-port",
+        envvar="VORTOS_METRICS_PORT",
+        min=1,
+        max=65535,
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (9464 is the usual port) "
+        "[default: no metrics].",
+        show_default=False,
+    ),
+]
+MetricsHost = Annotated[
+    str,
+    typer.Option(
+        "--metrics-host",
+        envvar="VORTOS_METRICS_HOST",
+        help="The address the metrics are served on (0.0.0.0: every interface; they name "
+        "tenants and schedules).",
+    ),
+]
+Tracing = Annotated[
+    bool,
+    typer.Option(
+        "--tracing/--no-tracing",
+        envvar="VORTOS_TRACING",
+        help="A span per dispatch transaction and per run through OpenTelemetry, when "
+        "opentelemetry-api is installed (the otel extra) and the process configures an SDK "
+        "(opentelemetry-instrument, say); otherwise nothing.",
+    ),
+]
+
 DEFAULT_CONSUMERS = DEFAULT_CONCURRENCY
 
 
@@ -86,13 +131,76 @@ def consumer_settings(consumers: int, claim_ttl: str, grace: str) -> ConsumerSet
     return ConsumerSettings(consumers, ttl, parse_duration(grace, what="grace"))
 
 
-def build_consumer(engine: Engine, node: str, settings: ConsumerSettings) -> FireQueueConsumer:
+def build_consumer(
+    engine: Engine, node: str, settings: ConsumerSettings, observer: Observer = NULL_OBSERVER
+) -> FireQueueConsumer:
     return engine.consumer(
         consumer_id=node,
         concurrency=settings.concurrency,
         claim_ttl_ms=settings.claim_ttl_ms,
         grace_ms=settings.grace_ms,
+        observer=observer,
     )
+
+
+@dataclass
+class Telemetry:
+    """This process's metrics and tracing, as one observer for the daemon and consumers."""
+
+    observer: Observer = NULL_OBSERVER
+    metrics: PrometheusMetrics | None = None
+    server: MetricsServer | None = None
+    gauges: list[StoreGauges] = field(default_factory=list)
+    url: str | None = None
+    tracing: bool = False
+
+    def describe(self) -> str:
+        """For the start-up log line."""
+        parts = [f"metrics on {self.url}" if self.url else "no metrics"]
+        if self.tracing:
+            parts.append("spans through OpenTelemetry")
+        return ", ".join(parts)
+
+    def watch(self, engine: Engine, db: Path) -> None:
+        """Add the gauges read from the store on each scrape."""
+        if self.metrics is not None:
+            from engine.observability import watch  # noqa: PLC0415 (see TYPE_CHECKING above)
+
+            self.gauges.append(
+                watch(self.metrics.registry, engine.storage, open_read_model(db), engine.clock)
+            )
+
+    def close(self) -> None:
+        for gauges in self.gauges:
+            gauges.close()
+        if self.server is not None:
+            self.server.close()
+
+
+def start_telemetry(metrics_port: int | None, metrics_host: str, tracing_on: bool) -> Telemetry:
+    """Serve metrics (binding the port now: one in use fails here, before anything runs) and
+    set up tracing, as asked."""
+    telemetry = Telemetry()
+    observers: list[Observer] = []
+    if metrics_port is not None:
+        from prometheus_client import disable_created_metrics  # noqa: PLC0415 (only with metrics)
+
+        from engine.observability import PrometheusMetrics  # noqa: PLC0415 (the same)
+
+        # The *_created series double the series count and tell nothing a restart does not.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
+        telemetry.metrics = PrometheusMetrics()
+        telemetry.server = serve_metrics(telemetry.metrics.registry, metrics_port, metrics_host)
+        observers.append(telemetry.metrics)
+        telemetry.url = f"http://{metrics_host}:{telemetry.server.port}/metrics"
+    if tracing_on:
+        spans = tracing()
+        if spans is not None:
+            observers.append(spans)
+            telemetry.tracing = True
+    if observers:
+        telemetry.observer = observers[0] if len(observers) == 1 else Observers(*observers)
+    return telemetry
 
 
 def on_stop_signals(stop: Callable[[], None]) -> None:
