@@ -172,3 +172,19 @@ def test_prune_json_is_the_report(db: Path) -> None:
     report = json.loads(done.stdout)
     assert (report["runs"], report["truncated"], report["dry_run"]) == (7, False, False)
     assert report["settings"]["days"] == 30
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["retention", "set", "--tenant", "acme", "--days", "3"], ["prune"]],
+)
+def test_changes_through_a_control_socket_are_refused_clearly(
+    db: Path, tmp_path: Path, args: list[str]
+) -> None:
+    before = db_state(db)
+
+    done = vortos(db, "--control-socket", str(tmp_path / "vortos.sock"), *args)
+
+    assert done.code == 2, done.stderr
+    assert "does not go through the control socket" in done.stderr
+    assert db_state(db) == before
