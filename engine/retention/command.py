@@ -10,7 +10,9 @@ in the audit chain.
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from engine.commands.context import FireContext, PermanentFailure
@@ -20,6 +22,7 @@ from engine.domain.clock import Clock
 from engine.domain.schedule import MisfireKind, MisfirePolicy, OverlapPolicy, ScheduleSpec
 from engine.domain.triggers import CronTrigger
 from engine.ports.storage import Storage
+from engine.retention.report import PruneReport
 from engine.retention.settings import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_BUDGET_S,
@@ -28,6 +31,8 @@ from engine.retention.settings import (
     RetentionSettings,
 )
 from engine.retention.sweeper import RetentionSweeper
+
+log = logging.getLogger("vortos.retention")
 
 SWEEP_COMMAND = "vortos.prune"
 SWEEP_SCHEDULE = "vortos.prune"
@@ -45,10 +50,17 @@ class SweepCommand:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._target: tuple[Storage, Clock] | None = None
+        self._on_report: Callable[[PruneReport], None] | None = None
 
-    def attach(self, storage: Storage, clock: Clock) -> None:
+    def attach(
+        self,
+        storage: Storage,
+        clock: Clock,
+        on_report: Callable[[PruneReport], None] | None = None,
+    ) -> None:
         with self._lock:
             self._target = (storage, clock)
+            self._on_report = on_report
 
     def run(
         self,
@@ -62,7 +74,7 @@ class SweepCommand:
         """Prune run history past its retention (per-tenant overrides and legal holds
         apply). Returns the prune report, kept as the run's output."""
         with self._lock:
-            target = self._target
+            target, on_report = self._target, self._on_report
         if target is None:
             raise PermanentFailure(
                 f"the {SWEEP_COMMAND} command is not attached to a database: run it in a "
@@ -80,6 +92,11 @@ class SweepCommand:
         report = RetentionSweeper(storage, clock).sweep(
             settings, actor=SWEEP_ACTOR, trigger="scheduled", wait=fire.wait_cancelled
         )
+        if on_report is not None:
+            try:
+                on_report(report)
+            except Exception:  # a listener's failure (metrics, say) must not fail the sweep
+                log.exception("the prune report listener failed")
         return report.to_json()
 
 
@@ -98,13 +115,20 @@ def sweep_command() -> Command:
     )
 
 
-def attach_sweeper(commands: CommandRegistry, storage: Storage, clock: Clock) -> None:
-    """Point the registry's built-in sweep command at `storage` (a writable one)."""
+def attach_sweeper(
+    commands: CommandRegistry,
+    storage: Storage,
+    clock: Clock,
+    on_report: Callable[[PruneReport], None] | None = None,
+) -> None:
+    """Point the registry's built-in sweep command at `storage` (a writable one), with
+    `on_report` called with each sweep's report (for metrics: per tenant the runs and fires
+    removed, the duration, whether it was truncated)."""
     if storage.readonly or SWEEP_COMMAND not in commands:
         return
     owner = getattr(commands.get(SWEEP_COMMAND).run, "__self__", None)
     if isinstance(owner, SweepCommand):
-        owner.attach(storage, clock)
+        owner.attach(storage, clock, on_report)
 
 
 def retention_schedule(settings: RetentionSettings | None = None) -> StaticSchedule:

@@ -34,6 +34,7 @@ from engine.retention import (
     PruneReport,
     RetentionSettings,
     RetentionSweeper,
+    attach_sweeper,
     retention_schedule,
 )
 from engine.runtime.consumer import FireQueueConsumer
@@ -709,6 +710,24 @@ def test_the_sweeper_command_never_prunes_another_database_than_its_fires(
             pytest.raises(PermanentFailure, match="another database"),
         ):
             commands.get(SWEEP_COMMAND).run(fire=_context(run.id, run.slot_key))
+
+
+def test_the_sweeper_hands_its_report_to_a_listener(engine: Engine, clock: ManualClock) -> None:
+    engine.service.sync_static([retention_schedule()], actor="x")
+    history(engine, "acme", 3)
+    clock.advance(31 * DAY_S)
+    run = engine.service.trigger(SWEEP_SCHEDULE, tenant=SWEEP_TENANT, actor="ops")
+    reports: list[PruneReport] = []
+    attach_sweeper(engine.commands, engine.storage, engine.clock, on_report=reports.append)
+
+    engine.commands.get(SWEEP_COMMAND).run(fire=_context(run.id, run.slot_key))
+
+    (report,) = reports
+    assert (report.trigger, report.tenants["acme"].runs, report.truncated) == (
+        "scheduled",
+        3,
+        False,
+    )
 
 
 def test_a_read_only_engine_leaves_the_sweeper_attached_where_it_was(
