@@ -14,6 +14,7 @@ from engine.domain.timeutil import format_duration
 from engine.governance.policy import RoleBasedPolicy
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
+from vortos_tui.cli.doctor import run_doctor
 from vortos_tui.cli.output import say
 from vortos_tui.console.actions import ConsoleActions
 from vortos_tui.console.app import VortosConsole
