@@ -32,6 +32,7 @@ from engine.domain.errors import NotFound, VortosError
 from engine.domain.run import Run
 from engine.domain.schedule import DEFAULT_TENANT, Schedule, ScheduleSpec
 from engine.governance.policy import AccessControl
+from engine.ports.retention import RetentionOverride
 from engine.ports.storage import Storage
 from engine.service import BackfillReport, ScheduleService
 
@@ -272,6 +273,25 @@ class RemoteService(ScheduleService):
 
     def revoke_role(self, operator: str, role: Role, *, actor: str, tenant: str = "*") -> None:
         self._call("revoke_role", operator=operator, role=role.value, tenant=tenant)
+
+    def set_retention(
+        self, tenant: str, days: int, *, actor: str, reason: str | None = None
+    ) -> RetentionOverride:
+        self._call("set_retention", tenant=tenant, days=days, reason=reason)
+        found = self._storage.retention.override(tenant)
+        if found is None:
+            raise NotFound(f"the retention of tenant {tenant!r} was set but cannot be read back")
+        return found
+
+    def remove_retention(self, tenant: str, *, actor: str) -> RetentionOverride:
+        before = self._call("remove_retention", tenant=tenant)
+        return RetentionOverride(
+            tenant=str(before["tenant"]),
+            days=int(before["days"]),
+            reason=before.get("reason"),
+            set_by=str(before["set_by"]),
+            set_at=int(before["set_at"]),
+        )
 
     def audit_verify(
         self,

@@ -260,6 +260,24 @@ def _revoke(c: ControlContext, a: Args) -> dict[str, Any]:
     return {}
 
 
+def _set_retention(c: ControlContext, a: Args) -> dict[str, Any]:
+    done = c.service.set_retention(
+        _text(a, "tenant"), _int(a, "days"), actor=c.actor, reason=_maybe_text(a, "reason")
+    )
+    return {"tenant": done.tenant}
+
+
+def _remove_retention(c: ControlContext, a: Args) -> dict[str, Any]:
+    before = c.service.remove_retention(_text(a, "tenant"), actor=c.actor)
+    return {
+        "tenant": before.tenant,
+        "days": before.days,
+        "reason": before.reason,
+        "set_by": before.set_by,
+        "set_at": before.set_at,
+    }
+
+
 def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
     if c.keys is None or c.audit is None:
         raise StorageError("this server has no audit key: it cannot verify")
@@ -302,6 +320,8 @@ OPERATIONS: dict[str, Handler] = {
     "reject": _reject,
     "grant_role": _grant,
     "revoke_role": _revoke,
+    "set_retention": _set_retention,
+    "remove_retention": _remove_retention,
     "audit_verify": _audit_verify,
 }
 

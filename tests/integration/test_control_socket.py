@@ -304,6 +304,9 @@ def test_the_cli_sends_its_changes_through_the_socket(
     by_id = {f["check_id"]: f for f in json.loads(checked.stdout)["findings"]}
     assert by_id["audit.key"]["status"] == "skip"  # the server's key, not this account's
     assert by_id["audit.chain"]["status"] == "pass"
+    held = run_cli("retention", "set", "--tenant", "acme", "--days", "0", db=db, env=env)
+    assert held.code == 4, held.stderr  # through the socket, as this account: not an admin
+    assert f"{ME} may not manage-retention in tenant acme" in held.stderr
     rotate = run_cli("audit", "rotate-key", db=db, env=env)
     assert rotate.code == 2
     assert "belongs to the account" in rotate.stderr

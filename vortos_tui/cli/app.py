@@ -9,7 +9,7 @@ import typer
 
 from engine.api import DEFAULT_DB
 from engine.config import load_settings
-from vortos_tui.cli import approvals, audit, db, operators, queue, runs, schedule
+from vortos_tui.cli import approvals, audit, db, operators, queue, retention, runs, schedule
 from vortos_tui.cli.config import app as config_app
 from vortos_tui.cli.consume import consume
 from vortos_tui.cli.context import CliState, given_flags
@@ -89,6 +89,8 @@ app.command("run", epilog=EXIT_CODES)(run)
 app.command("consume", epilog=EXIT_CODES)(consume)
 app.command("doctor", epilog=EXIT_CODES)(doctor)
 app.add_typer(config_app, name="config", epilog=EXIT_CODES)
+app.add_typer(retention.app, name="retention", epilog=EXIT_CODES)
+app.command("prune", epilog=EXIT_CODES)(retention.prune)
 app.command("tui", epilog=EXIT_CODES)(handles_errors(console))
 app.add_typer(schedule.app, name="schedule", epilog=EXIT_CODES)
 app.add_typer(runs.app, name="runs", epilog=EXIT_CODES)

@@ -69,7 +69,6 @@ def set_(
         raise InvalidInput(
             "`vortos retention set` needs --days N: 0 for a legal hold, else the days to keep"
         )
-    _local_only(ctx, "`vortos retention set`")
     with open_existing(ctx) as engine:
         override = engine.service.set_retention(chosen, days, actor=operator(), reason=reason)
     say(f"tenant {chosen}: run history kept {_kept(override.days)}")
@@ -80,7 +79,6 @@ def set_(
 def remove(ctx: typer.Context, tenant: Tenant = None) -> None:
     """Drop a tenant's override (a legal hold included): the default applies again."""
     chosen = _needs_tenant(tenant, "remove")
-    _local_only(ctx, "`vortos retention remove`")
     with open_existing(ctx) as engine:
         before = engine.service.remove_retention(chosen, actor=operator())
     say(f"tenant {chosen}: override ({_kept(before.days)}) removed; the default applies")
