@@ -13,12 +13,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.domain.errors import StorageError, VortosError
+from engine.domain.run import RunState
 from engine.domain.schedule import MisfireKind, Schedule, ScheduleOrigin, ScheduleStatus
 from engine.domain.triggers import OneShotTrigger
 from engine.governance.deadman import Verdict, judged
 from engine.governance.doctor import DoctorContext, Finding, Status
 from engine.ports.lease import LEADER_LEASE
+from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
+from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT
 
 MIB = 1024 * 1024
 DISK_FAIL_BYTES = 100 * MIB
@@ -457,6 +460,61 @@ class ConsumersAlive(_Named):
                 "run consumers: `vortos run` (without --no-consume) or `vortos consume`",
             )
         return self.ok(f"a consumer took a fire {(now - last) // 1000}s ago")
+
+
+# -- retention ----------------------------------------------------------------------------------
+
+RETENTION_STALE_MS = 48 * 3600 * 1000
+
+
+class RetentionHealth(_Named):
+    """C10: the daily retention sweep runs and completes."""
+
+    def __init__(self) -> None:
+        super().__init__("retention.health")
+
+    def run(self, ctx: DoctorContext) -> Finding:
+        sweeper = ctx.storage.schedules.find_by_name(SWEEP_TENANT, SWEEP_SCHEDULE)
+        if sweeper is None:
+            return self.warn(
+                "the retention sweeper is not installed",
+                "run history grows without bound until it is",
+                "start `vortos run` once: it installs the daily sweep (or run `vortos prune`)",
+            )
+        if sweeper.status is not ScheduleStatus.ACTIVE:
+            return self.warn(
+                f"the retention sweeper is {sweeper.status.value}",
+                sweeper.pause_note or "",
+                f"resume it: `vortos schedule resume {SWEEP_SCHEDULE} --tenant {SWEEP_TENANT}`",
+            )
+        now = ctx.clock.now_ms()
+        recent = ctx.storage.runs.query(
+            RunQuery(tenant=SWEEP_TENANT, schedule_id=sweeper.id, limit=20)
+        )
+        finished = [r for r in recent if r.state is RunState.COMPLETED and r.finished_at]
+        if not recent:
+            if now - sweeper.created_at <= RETENTION_STALE_MS:
+                return self.skip("the retention sweeper has not had its first slot yet")
+            return self.fail(
+                "the retention sweeper never ran",
+                f"installed {(now - sweeper.created_at) // 3_600_000} h ago",
+                "check that `vortos run` leads and its consumers run (lease.holder, "
+                "consumers.alive)",
+            )
+        if not finished:
+            return self.fail(
+                "the retention sweeper has not completed a sweep",
+                f"its newest run is {recent[0].state.value}: {recent[0].error or 'no error'}",
+                "look at it: `vortos runs show ID`; `vortos prune --dry-run` shows what is due",
+            )
+        last = max(r.finished_at or 0 for r in finished)
+        if now - last > RETENTION_STALE_MS:
+            return self.fail(
+                "the retention sweeper has not completed a sweep for over 48 h",
+                f"last completed {(now - last) // 3_600_000} h ago",
+                "check that `vortos run` leads and its consumers run; `vortos prune` sweeps now",
+            )
+        return self.ok(f"the last sweep completed {(now - last) // 60_000} min ago")
 
 
 # -- dead-man -----------------------------------------------------------------------------------

@@ -272,6 +272,7 @@ def default_checks() -> list[Check]:
         c.QueueStall(),
         c.DeadLetters(),
         c.ConsumersAlive(),
+        c.RetentionHealth(),
         c.Overdue(),
         c.DeadManTolerances(),
         *GOVERNANCE_CHECKS,

@@ -38,6 +38,7 @@ from engine.governance.doctor import (
     run_checks,
 )
 from engine.ports.fire_queue import Outcome, Settlement
+from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT, retention_schedule
 from engine.runtime.consumer import FireQueueConsumer
 from engine.runtime.daemon import SchedulerDaemon
 from tests.conftest import T0, run_cli
@@ -96,6 +97,8 @@ def site(tmp_path: Path) -> Iterator[Site]:
     clock = ManualClock(T0)
     with open_engine(db, clock=clock) as engine:
         engine.service.create(every_minute("report"), actor="setup")
+        engine.service.sync_static([retention_schedule()], actor="setup")
+        engine.service.trigger(SWEEP_SCHEDULE, tenant=SWEEP_TENANT, actor="setup")
         for who, role in (("admin", Role.ADMIN), ("bea", Role.APPROVER)):
             engine.storage.operators.grant(Grant(who, role), by="setup", at=T0)
         daemon = engine.daemon(node_id="n1", lease_ttl_ms=LEASE_TTL_MS)
@@ -230,6 +233,12 @@ def _dead_letter(site: Site) -> dict[str, Finding]:
     return site.findings()
 
 
+def _sweeper_never_completed(site: Site) -> dict[str, Finding]:
+    site.sql("DELETE FROM fire_queue", "DELETE FROM runs WHERE tenant = 'system'")
+    site.clock.advance(49 * 3600)  # two days, and the daily sweep never ran
+    return site.findings()
+
+
 def _daemon_stopped_three_periods(site: Site) -> dict[str, Finding]:
     site.clock.advance(3 * 60 + 5)  # three missed slots: no daemon stepped meanwhile
     return site.findings()
@@ -257,6 +266,7 @@ FAILURES: list[tuple[str, Breaker, Status]] = [
     ("queue.stall", _stalled_queue, Status.FAIL),
     ("queue.dead_letters", _dead_letter, Status.FAIL),
     ("consumers.alive", _silent_consumers, Status.FAIL),
+    ("retention.health", _sweeper_never_completed, Status.FAIL),
     ("schedules.overdue", _daemon_stopped_three_periods, Status.FAIL),
     ("deadman.wiring", _bad_tolerance, Status.FAIL),
 ]
