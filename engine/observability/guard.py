@@ -31,12 +31,13 @@ class CardinalityGuard:
         """Whether `key` keeps its own label value."""
         if key in self._kept:
             return True
-        with self._lock:
-            if key in self._kept:
-                return True
-            if len(self._kept) < self.limit:
-                self._kept.add(key)
-                return True
+        if len(self._kept) < self.limit:  # once full, it stays full: no lock from then on
+            with self._lock:
+                if key in self._kept:
+                    return True
+                if len(self._kept) < self.limit:
+                    self._kept.add(key)
+                    return True
         if self._on_overflow is not None:
             self._on_overflow()
         return False

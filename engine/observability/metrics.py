@@ -9,7 +9,7 @@ Schedule and tenant label values pass a cardinality guard (see guard.py).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -57,18 +57,31 @@ PRUNE_BUCKETS = (0.1, 0.5, 1, 5, 10, 30, 60, 120, 300, 600, 1800)
 _OVERLAP_SKIPS = frozenset({SKIPPED_OVERLAP, SKIPPED_BUFFER})
 
 
+Resolve = Callable[[tuple[str, ...]], tuple[tuple[str, ...], bool]]
+
+
 class _Children:
-    """The children of one labelled family, cached by label values (prometheus_client's
-    `labels()` validates and locks on every call; a dict lookup is what a hot path can pay)."""
+    """The children of one labelled family, looked up by raw values (the schedule's tenant and
+    name, say) and cached once the cardinality guard admitted them: prometheus_client's
+    `labels()` validates and locks on every call, and the guard is a set lookup more; a dict
+    lookup is what the dispatch path can pay per fire. Values the guard refused are resolved
+    on every call, so each observation under __overflow__ is counted."""
 
-    def __init__(self, family: Any) -> None:
+    def __init__(self, family: Any, resolve: Resolve) -> None:
         self._family = family
-        self._cache: dict[tuple[str, ...], Any] = {}
+        self._resolve = resolve
+        self._admitted: dict[tuple[str, ...], Any] = {}  # raw values -> child
+        self._children: dict[tuple[str, ...], Any] = {}  # label values -> child
 
-    def __call__(self, *values: str) -> Any:
-        child = self._cache.get(values)
+    def __call__(self, *raw: str) -> Any:
+        child = self._admitted.get(raw)
         if child is None:
-            child = self._cache[values] = self._family.labels(*values)
+            values, admitted = self._resolve(raw)
+            child = self._children.get(values)
+            if child is None:
+                child = self._children[values] = self._family.labels(*values)
+            if admitted:
+                self._admitted[raw] = child
         return child
 
 
@@ -219,11 +232,15 @@ class PrometheusMetrics(Observer):
             ["schedule", "tenant", "verdict"],
             registry=r,
         )
-        self._fires = _Children(self.fires)
-        self._lateness = _Children(self.lateness)
-        self._runs = _Children(self.runs)
-        self._run_duration = _Children(self.run_duration)
-        self._retries = _Children(self.retries)
+        # Each called with the family's leading labels, then the tenant (and schedule name).
+        self._fires = _Children(self.fires, self._by_schedule)
+        self._misfires = _Children(self.misfires, self._by_schedule)
+        self._lateness = _Children(self.lateness, self._by_tenant)
+        self._runs = _Children(self.runs, self._by_schedule)
+        self._run_duration = _Children(self.run_duration, self._by_schedule)
+        self._retries = _Children(self.retries, self._by_schedule)
+        self._dead_letters = _Children(self.dead_letters, self._by_schedule)
+        self._pruned = _Children(self.pruned_runs, self._by_tenant)
         self._deadman_lock = threading.Lock()
         self._deadman_series: set[tuple[str, str, str]] = set()
         for label in ("schedule", "tenant"):
@@ -241,6 +258,16 @@ class PrometheusMetrics(Observer):
         if self._schedules.admit((tenant, schedule)):
             return schedule, tenant
         return OVERFLOW, self._tenant(tenant)
+
+    def _by_schedule(self, raw: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+        *leading, tenant, name = raw
+        schedule, tenant_label = self._series(tenant, name)
+        return (*leading, schedule, tenant_label), schedule != OVERFLOW
+
+    def _by_tenant(self, raw: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+        *leading, tenant = raw
+        label = self._tenant(tenant)
+        return (*leading, label), label != OVERFLOW
 
     # -- the daemon -------------------------------------------------------------------------
 
@@ -264,20 +291,14 @@ class PrometheusMetrics(Observer):
         now = facts.now_ms
         # From the due instant to the commit: the transaction ended `seconds` after `now`.
         commit_lag = facts.seconds
-        per_schedule: dict[tuple[str, str], int] = {}
-        deferred: dict[tuple[str, str], int] = {}
-        lateness = self._lateness
+        fires, lateness = self._fires, self._lateness
         for fire in report.dispatched:
-            key = (fire.tenant, fire.schedule_name)
-            per_schedule[key] = per_schedule.get(key, 0) + 1
+            tenant, name = fire.tenant, fire.schedule_name
+            fires(DISPATCHED, tenant, name).inc()
             if fire.due_at != fire.slot_at:
-                deferred[key] = deferred.get(key, 0) + 1
+                fires(DEFERRED_JITTER, tenant, name).inc()
             late = (now - fire.due_at) / 1000 + commit_lag
-            lateness(self._tenant(fire.tenant)).observe(late if late > 0 else 0.0)
-        for (tenant, name), n in per_schedule.items():
-            self._fires(DISPATCHED, *self._series(tenant, name)).inc(n)
-        for (tenant, name), n in deferred.items():
-            self._fires(DEFERRED_JITTER, *self._series(tenant, name)).inc(n)
+            lateness(tenant).observe(late if late > 0 else 0.0)
         for schedule, plan in facts.planned:
             if plan.skipped_missed or plan.dropped_aged:
                 self._missed(schedule, plan.skipped_missed, plan.dropped_aged)
@@ -292,13 +313,11 @@ class PrometheusMetrics(Observer):
         if skipped:
             self._misfire(schedule, "skipped", skipped)
         if dropped:
-            series = self._series(schedule.tenant, schedule.name)
-            self._fires(DROPPED_CATCHUP_AGE, *series).inc(dropped)
+            self._fires(DROPPED_CATCHUP_AGE, schedule.tenant, schedule.name).inc(dropped)
 
     def _misfire(self, schedule: Schedule, action: str, count: int) -> None:
         policy: MisfireKind = schedule.misfire.kind
-        series = self._series(schedule.tenant, schedule.name)
-        self.misfires.labels(policy.value, action, *series).inc(count)
+        self._misfires(policy.value, action, schedule.tenant, schedule.name).inc(count)
 
     def _already_dispatched(self, report: DispatchReport, facts: DispatchFacts) -> None:
         """Planned slots the ledger already held: a crash after a commit, a stale cursor."""
@@ -306,15 +325,14 @@ class PrometheusMetrics(Observer):
         for schedule, plan in facts.planned:
             taken = sum(1 for slot in plan.fire if (schedule.id, slot) not in landed)
             if taken:
-                series = self._series(schedule.tenant, schedule.name)
-                self._fires(ALREADY_DISPATCHED, *series).inc(taken)
+                self._fires(ALREADY_DISPATCHED, schedule.tenant, schedule.name).inc(taken)
 
     def dispatch_failed(self, error: Exception, facts: DispatchFacts) -> None:
         self.dispatch_failures.labels(_error_kind(error)).inc()
 
     def held_back(self, due: Sequence[Schedule]) -> None:
         for schedule in due:
-            self._fires(CIRCUIT_OPEN, *self._series(schedule.tenant, schedule.name)).inc()
+            self._fires(CIRCUIT_OPEN, schedule.tenant, schedule.name).inc()
 
     def breaker_changed(self, breaker: str, state: str) -> None:
         self.breaker_state.labels(breaker).set(BREAKER_STATES.index(state))
@@ -334,14 +352,14 @@ class PrometheusMetrics(Observer):
 
     def claimed(self, claim: Claim, unrun: Sequence[Fire]) -> None:
         for fire in unrun:
-            series = self._series(fire.tenant, fire.schedule_name)
+            tenant, name = fire.tenant, fire.schedule_name
             why = claim.skipped.get(fire.run_id)
             if why is not None:
-                self._runs(RunState.SKIPPED.value, *series).inc()
+                self._runs(RunState.SKIPPED.value, tenant, name).inc()
                 if why in _OVERLAP_SKIPS:
-                    self._fires(SKIPPED_FOR_OVERLAP, *series).inc()
+                    self._fires(SKIPPED_FOR_OVERLAP, tenant, name).inc()
             elif fire.run_id in claim.cancelled:
-                self._runs(RunState.CANCELLED.value, *series).inc()
+                self._runs(RunState.CANCELLED.value, tenant, name).inc()
         taken_over = sum(1 for fire in claim.fires if _taken_over(fire))
         if taken_over:
             self.abandoned_claims.inc(taken_over)
@@ -349,27 +367,27 @@ class PrometheusMetrics(Observer):
     def settled(
         self, fire: Fire, settlement: Settlement, ran_s: float | None, *, acked: bool
     ) -> None:
-        series = self._series(fire.tenant, fire.schedule_name)
+        tenant, name = fire.tenant, fire.schedule_name
         if ran_s is not None:
-            self._run_duration(*series).observe(ran_s)
+            self._run_duration(tenant, name).observe(ran_s)
         outcome = settlement.outcome
         if not acked:
             if outcome is not Outcome.RELEASE:  # a lost claim's give-back is expected
                 self.stale_settles.inc()
             return
         if outcome is Outcome.FAIL:
-            self._retries(*series).inc()
+            self._retries(tenant, name).inc()
         elif outcome in (Outcome.COMPLETE, Outcome.DISCARD):
-            self._runs(settlement.run_state.value, *series).inc()
+            self._runs(settlement.run_state.value, tenant, name).inc()
             if settlement.run_state is RunState.DEAD_LETTERED:
                 reason = "abandoned" if ran_s is None else "retries_exhausted"
-                self.dead_letters.labels(reason, *series).inc()
+                self._dead_letters(reason, tenant, name).inc()
 
     # -- retention --------------------------------------------------------------------------
 
     def runs_pruned(self, tenant: str, count: int) -> None:
         if count > 0:
-            self.pruned_runs.labels(self._tenant(tenant)).inc(count)
+            self._pruned(tenant).inc(count)
 
     def prune_finished(self, seconds: float, trigger: PruneTrigger) -> None:
         self.prune_duration.labels(PruneTrigger(trigger).value).observe(seconds)
