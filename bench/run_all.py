@@ -23,6 +23,7 @@ BENCHMARKS = [
     "e2e_latency",
     "console",
     "audit",
+    "observability",
 ]
 
 
