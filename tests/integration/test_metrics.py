@@ -35,8 +35,10 @@ from engine.observability import (
     ScheduleVerdict,
     StoreGauges,
 )
+from engine.retention import SWEEP_SCHEDULE, SWEEP_TENANT, retention_schedule
 from tests.conftest import T0
 from tests.helpers import settle
+from vortos_tui.cli.workers import Telemetry
 
 
 @pytest.fixture
@@ -322,6 +324,29 @@ def test_a_fire_abandoned_too_often_is_dead_lettered_for_that_reason(
 
 
 # -- fed by other parts: retention and the dead-man detector ---------------------------------
+
+
+def test_a_sweep_run_by_a_consumer_reports_its_prunes_through_the_cli_telemetry(
+    engine: Engine, clock: ManualClock, db_path: Path, metrics: PrometheusMetrics
+) -> None:
+    engine.service.sync_static([retention_schedule()], actor="deploy")
+    engine.service.create(every(60, "old", tenant="acme"), actor="t")
+    engine.service.pause("old", tenant="acme", actor="t")
+    for _ in range(3):
+        engine.service.trigger("old", tenant="acme", actor="t")
+    consumer = engine.consumer(consumer_id="c1", observer=metrics)
+    completed = {"outcome": "completed", "schedule": "old", "tenant": "acme"}
+    drive(consumer, lambda: value(metrics, "vortos_runs_total", **completed) == 3, "old runs")
+    clock.advance(31 * 24 * 3600)  # past the default 30 days
+    Telemetry(observer=metrics).watch(engine, db_path)  # what vortos run and consume do
+    engine.service.trigger(SWEEP_SCHEDULE, tenant=SWEEP_TENANT, actor="ops")
+    swept = {"trigger": "scheduled"}
+    drive(
+        consumer,
+        lambda: value(metrics, "vortos_prune_duration_seconds_count", **swept) == 1,
+        "the sweep",
+    )
+    assert value(metrics, "vortos_runs_pruned_total", tenant="acme") == 3
 
 
 def test_prunes_are_counted_per_tenant_and_timed_per_trigger(metrics: PrometheusMetrics) -> None:

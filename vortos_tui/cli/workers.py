@@ -21,9 +21,11 @@ from engine.observability import (
     MetricsServer,
     Observer,
     Observers,
+    PruneTrigger,
     serve_metrics,
     tracing,
 )
+from engine.retention import PruneReport, attach_sweeper
 from engine.runtime.consumer import DEFAULT_CONCURRENCY, MIN_CLAIM_TTL_MS
 
 if TYPE_CHECKING:
@@ -162,12 +164,17 @@ class Telemetry:
         return ", ".join(parts)
 
     def watch(self, engine: Engine, db: Path) -> None:
-        """Add the gauges read from the store on each scrape."""
+        """Add the gauges read from the store on each scrape, and report the retention
+        sweeps this process runs."""
         if self.metrics is not None:
             from engine.observability import watch  # noqa: PLC0415 (see TYPE_CHECKING above)
 
             self.gauges.append(
                 watch(self.metrics.registry, engine.storage, open_read_model(db), engine.clock)
+            )
+        if self.observer.active:
+            attach_sweeper(
+                engine.commands, engine.storage, engine.clock, on_report=_prunes(self.observer)
             )
 
     def close(self) -> None:
@@ -175,6 +182,19 @@ class Telemetry:
             gauges.close()
         if self.server is not None:
             self.server.close()
+
+
+def _prunes(observer: Observer) -> Callable[[PruneReport], None]:
+    """A retention sweep's report, as the observer's prune metrics."""
+
+    def report(sweep: PruneReport) -> None:
+        if sweep.dry_run:
+            return
+        for tenant, pruned in sweep.tenants.items():
+            observer.runs_pruned(tenant, pruned.runs)
+        observer.prune_finished(sweep.duration_s, PruneTrigger(sweep.trigger))
+
+    return report
 
 
 def start_telemetry(metrics_port: int | None, metrics_host: str, tracing_on: bool) -> Telemetry:
