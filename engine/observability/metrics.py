@@ -398,9 +398,10 @@ class PrometheusMetrics(Observer):
         values: dict[tuple[str, str, str], int] = {}
         for v in verdicts:
             schedule, tenant = self._series(v.tenant, v.schedule)
+            given = DeadmanVerdict(v.verdict)  # the detector's own enum has the same values
             for verdict in DeadmanVerdict:
                 key = (schedule, tenant, verdict.value)
-                values[key] = values.get(key, 0) + (verdict is v.verdict)
+                values[key] = values.get(key, 0) + (verdict is given)
         with self._deadman_lock:
             for gone in self._deadman_series - values.keys():
                 self.deadman.remove(*gone)

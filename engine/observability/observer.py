@@ -45,7 +45,8 @@ class PruneTrigger(StrEnum):
 class ScheduleVerdict:
     tenant: str
     schedule: str  # the schedule's name (unique within its tenant)
-    verdict: DeadmanVerdict
+    # One of DeadmanVerdict's values (the detector's own enum of the same values will do).
+    verdict: str
 
 
 @dataclass(slots=True)
