@@ -60,6 +60,7 @@ def consume(
         telemetry = start_telemetry(metrics_port, metrics_host, trace)
         serving.callback(telemetry.close)
         engine = serving.enter_context(open_to_serve(ctx))
+        serving.callback(telemetry.close)  # again, first: no scrape once the database closes
         telemetry.watch(engine, cli.db)
         consumer = build_consumer(engine, node, settings, telemetry.observer)
         on_stop_signals(consumer.stop)

@@ -162,6 +162,7 @@ def run(
         telemetry = start_telemetry(metrics_port, metrics_host, trace)
         serving.callback(telemetry.close)
         engine = serving.enter_context(open_to_serve(ctx))
+        serving.callback(telemetry.close)  # again, first: no scrape once the database closes
         telemetry.watch(engine, cli.db)
         # Every fire is audited: without the key there is no dispatching, so say so now.
         engine.storage.audit.keys()

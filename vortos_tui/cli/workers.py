@@ -178,10 +178,13 @@ class Telemetry:
             )
 
     def close(self) -> None:
-        for gauges in self.gauges:
-            gauges.close()
-        if self.server is not None:
-            self.server.close()
+        """Stop serving (idempotent): before the database closes, so no scrape reads it."""
+        server, self.server = self.server, None
+        if server is not None:
+            server.close()
+        gauges, self.gauges = self.gauges, []
+        for each in gauges:
+            each.close()
 
 
 def _prunes(observer: Observer) -> Callable[[PruneReport], None]:
