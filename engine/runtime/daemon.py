@@ -3,6 +3,11 @@
 Only the lease holder dispatches, and the dispatch transaction re-checks the lease token, so a
 deposed leader cannot write a fire. Standbys sleep until the holder's lease would expire (plus a
 node-seeded jitter, so several standbys do not stampede) and try again.
+
+Dispatch transactions that keep failing (the database locked past its busy timeout, say) open a
+circuit breaker (engine.runtime.breaker): no dispatch is tried until it half-opens, and since a
+failed transaction writes nothing, no cursor moves and no slot is lost meanwhile. What the daemon
+does is reported to an observer (engine.observability), a no-op unless one is given.
 """
 
 from __future__ import annotations
