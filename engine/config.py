@@ -116,6 +116,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("control_group", None, _text, "the group that may use the control socket"),
     Setting("audit_key_file", None, _path, "the audit key file"),
     Setting("log_level", "info", _choice("debug", "info", "warning", "error"), "log level"),
+    Setting("metrics_port", None, _integer(1, 65_535), "serve Prometheus metrics on this port"),
+    Setting("metrics_host", "127.0.0.1", _text, "the address the metrics port listens on"),
+    Setting("breaker_failures", 5, _integer(1, 1_000), "dispatch failures that open the breaker"),
+    Setting(
+        "breaker_recovery", 30_000, _duration(1_000, 3_600_000), "the open breaker's wait", _ms
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 

@@ -15,10 +15,13 @@ Paused, disabled and finished schedules are not judged at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from engine.domain.clock import Clock
 from engine.domain.errors import InvalidInput
 from engine.domain.schedule import Schedule, ScheduleStatus
 from engine.domain.timeutil import MINUTE_MS, parse_duration
@@ -26,7 +29,10 @@ from engine.domain.triggers import OneShotTrigger
 from engine.ports.runs import RunLedger
 from engine.ports.schedules import ScheduleQuery, ScheduleStore
 
+log = logging.getLogger("vortos.deadman")
+
 TOLERANCE_KEY = "deadman_tolerance"
+WATCH_EVERY_S = 30.0
 SLACK_MS = 2 * MINUTE_MS
 PAGE = 1000
 
@@ -121,3 +127,46 @@ def counts(judgements: Iterable[Judgement]) -> Mapping[Verdict, int]:
     for j in judgements:
         tally[j.verdict] += 1
     return tally
+
+
+class DeadmanWatch:
+    """Judges every active schedule every `every_s` seconds (first at once) on its own
+    thread and hands the verdicts to `report` (the metrics' dead-man gauge). A failed round
+    is logged and tried again next time."""
+
+    def __init__(
+        self,
+        schedules: ScheduleStore,
+        runs: RunLedger,
+        clock: Clock,
+        report: Callable[[list[Judgement]], None],
+        *,
+        every_s: float = WATCH_EVERY_S,
+    ) -> None:
+        self._schedules = schedules
+        self._runs = runs
+        self._clock = clock
+        self._report = report
+        self._every_s = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="vortos-deadman", daemon=True)
+
+    def start(self) -> DeadmanWatch:
+        self._thread.start()
+        return self
+
+    def round(self) -> None:
+        self._report(judged(self._schedules, self._runs, self._clock.now_ms()))
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.round()
+            except Exception:  # the watch must outlive a bad round (a locked database, say)
+                log.exception("dead-man round failed; trying again in %.0f s", self._every_s)
+            self._stop.wait(self._every_s)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)

@@ -36,10 +36,14 @@ class SyncReport:
 
 
 class StaticSync(ServiceCore):
-    def sync_static(self, declared: Sequence[StaticSchedule], *, actor: str) -> SyncReport:
+    def sync_static(
+        self, declared: Sequence[StaticSchedule], *, actor: str, complete: bool = True
+    ) -> SyncReport:
         """Make the stored static schedules match `declared`: create the new, update the
-        changed (keeping a pause), disable the ones no longer declared. Everything is checked
-        before anything is written: a clash with a dynamic schedule's name changes nothing."""
+        changed (keeping an operator's override), and, when `declared` is `complete` (every
+        static schedule of the app), disable the ones no longer declared. Everything is
+        checked before anything is written: a clash with a dynamic schedule's name changes
+        nothing."""
         now = self._clock.now_ms()
         firsts = {}
         for item in declared:
@@ -81,7 +85,7 @@ class StaticSync(ServiceCore):
                     )
                     self._record("schedule.updated", actor, updated, definition=definition(updated))
                     report.updated.append(label)
-            for stored in self._stored_static():
+            for stored in self._stored_static() if complete else []:
                 if (
                     stored.tenant,
                     stored.name,

@@ -9,7 +9,7 @@ import typer
 
 from engine.api import default_node_id
 from engine.observability import DEFAULT_METRICS_HOST
-from vortos_tui.cli.context import open_to_serve, state
+from vortos_tui.cli.context import configured, open_to_serve, state
 from vortos_tui.cli.output import handles_errors
 from vortos_tui.cli.workers import (
     DEFAULT_CONSUMERS,
@@ -49,6 +49,13 @@ def consume(
     Knows the built-in commands and, with --app, the app's. Stops on SIGTERM or SIGINT:
     no new claims, running commands get the grace to finish, then exit 0.
     """
+    # Each option not given here comes from the settings (vortos.toml, VORTOS_*, defaults).
+    consumers = configured(ctx, "consumers")
+    claim_ttl = configured(ctx, "claim_ttl")
+    grace = configured(ctx, "grace")
+    metrics_port = configured(ctx, "metrics_port")
+    metrics_host = configured(ctx, "metrics_host")
+    log_level = configured(ctx, "log_level")
     configure_logging(log_level)
     check_node_id(node_id)
     settings = consumer_settings(consumers, claim_ttl, grace)

@@ -21,7 +21,7 @@ from engine import (
     load_app,
     open_engine,
 )
-from engine.config import Settings, load_settings
+from engine.config import BY_NAME, Settings, load_settings
 from engine.domain.approvals import approval_ttl_ms
 from engine.domain.errors import InvalidInput
 
@@ -59,6 +59,18 @@ def given_flags(ctx: typer.Context, names: Mapping[str, str]) -> dict[str, Any]:
         if ctx.get_parameter_source(param) is ParameterSource.COMMANDLINE:
             given[setting] = ctx.params[param]
     return given
+
+
+def configured(ctx: typer.Context, param: str, setting: str | None = None) -> Any:
+    """A command's option as given on its command line, else the setting of that name (from
+    vortos.toml, VORTOS_*, or its default): the option's text as typed, or the setting's
+    value shown the same way (durations as text), so one parser reads both."""
+    if ctx.get_parameter_source(param) is ParameterSource.COMMANDLINE:
+        return ctx.params[param]
+    name = setting or param
+    value = getattr(state(ctx).settings, name)
+    chosen = BY_NAME[name]
+    return chosen.shown(value) if chosen.shown is not str and value is not None else value
 
 
 def state(ctx: typer.Context) -> CliState:

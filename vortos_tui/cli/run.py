@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -15,19 +16,21 @@ from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.observability import DEFAULT_METRICS_HOST
 from engine.ports.dispatch import DispatchReport
+from engine.retention import retention_schedule
 from engine.runtime.breaker import (
     DEFAULT_BREAKER_FAILURES,
     MAX_BREAKER_FAILURES,
     MIN_BREAKER_RECOVERY_MS,
 )
 from engine.runtime.daemon import DEFAULT_TENANT_CAP, MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
-from vortos_tui.cli.context import CliState, open_to_serve, operator, state
+from vortos_tui.cli.context import CliState, configured, open_to_serve, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
 from vortos_tui.cli.workers import (
     DEFAULT_CONSUMERS,
     ClaimTtl,
     Consumers,
+    ConsumerSettings,
     Grace,
     LogLevel,
     MetricsHost,
@@ -143,17 +146,14 @@ def run(
     SIGINT: the lease is released at once so a standby takes over, running commands get the
     grace to finish (or their fires are given back), and the exit code is 0.
     """
-    configure_logging(log_level)
-    ttl = parse_duration(lease_ttl, what="lease TTL")
-    if ttl < MIN_LEASE_TTL_MS:
-        raise InvalidInput(f"lease TTL {format_duration(ttl)} is too short: use at least 1s")
-    ahead = _lookahead_ms(lookahead)
-    recovery_ms = _breaker_recovery_ms(breaker_recovery)
+    o = _options(ctx)
+    configure_logging(o.log_level)
     check_node_id(node_id)
-    ttl_ms = approval_ttl_ms(approval_ttl)
-    if control_group is not None and control_socket is None:
-        raise InvalidInput("--control-group needs --control-socket")
-    settings = consumer_settings(consumers, claim_ttl, grace)
+    settings = o.consumers
+    ttl, ahead, recovery_ms, ttl_ms = o.lease_ttl_ms, o.lookahead_ms, o.recovery_ms, o.approval_ms
+    tenant_cap, breaker_failures = o.tenant_cap, o.breaker_failures
+    control_socket, control_group = o.control_socket, o.control_group
+    metrics_port, metrics_host = o.metrics_port, o.metrics_host
     node = node_id or default_node_id()
     cli = state(ctx)
     cli.commands()  # import the app (and refuse a broken one) before opening the database
@@ -169,8 +169,7 @@ def run(
         engine.service.four_eyes.ttl_ms = ttl_ms
         if control_socket is not None:
             serving.enter_context(engine.serve_control(control_socket, group=control_group))
-        if cli.app is not None:
-            _sync_static(engine, cli)
+        _sync_static(engine, cli)
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
@@ -217,8 +216,58 @@ def run(
         log.info("stopped")
 
 
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """`vortos run`'s options, each as given on its command line or else from the settings
+    (vortos.toml, VORTOS_*, defaults), checked."""
+
+    lease_ttl_ms: int
+    lookahead_ms: int
+    tenant_cap: int
+    breaker_failures: int
+    recovery_ms: int
+    approval_ms: int
+    control_socket: Path | None
+    control_group: str | None
+    consumers: ConsumerSettings
+    metrics_port: int | None
+    metrics_host: str
+    log_level: str
+
+
+def _options(ctx: typer.Context) -> _Options:
+    ttl = parse_duration(configured(ctx, "lease_ttl"), what="lease TTL")
+    if ttl < MIN_LEASE_TTL_MS:
+        raise InvalidInput(f"lease TTL {format_duration(ttl)} is too short: use at least 1s")
+    control_socket = configured(ctx, "control_socket")
+    control_group = configured(ctx, "control_group")
+    if control_group is not None and control_socket is None:
+        raise InvalidInput("--control-group needs --control-socket")
+    return _Options(
+        lease_ttl_ms=ttl,
+        lookahead_ms=_lookahead_ms(configured(ctx, "lookahead")),
+        tenant_cap=configured(ctx, "tenant_cap"),
+        breaker_failures=configured(ctx, "breaker_failures"),
+        recovery_ms=_breaker_recovery_ms(configured(ctx, "breaker_recovery")),
+        approval_ms=approval_ttl_ms(configured(ctx, "approval_ttl")),
+        control_socket=control_socket,
+        control_group=control_group,
+        consumers=consumer_settings(
+            configured(ctx, "consumers"), configured(ctx, "claim_ttl"), configured(ctx, "grace")
+        ),
+        metrics_port=configured(ctx, "metrics_port"),
+        metrics_host=configured(ctx, "metrics_host"),
+        log_level=configured(ctx, "log_level"),
+    )
+
+
 def _sync_static(engine: Engine, cli: CliState) -> None:
-    report = engine.service.sync_static(cli.loaded_app().static, actor=operator())
+    """The app's static schedules and the built-in retention sweep. Without --app only the
+    sweep is made sure of: static schedules of an app not given are not disabled."""
+    declared = [*cli.loaded_app().static, retention_schedule()]
+    report = engine.service.sync_static(declared, actor=operator(), complete=cli.app is not None)
+    if cli.app is None:
+        return
     log.info(
         "app %s: %d command(s); static schedules %d created, %d updated, %d unchanged, %d disabled",
         cli.app,

@@ -16,12 +16,14 @@ import typer
 from engine import Engine, FireQueueConsumer, open_read_model
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
+from engine.governance.deadman import DeadmanWatch, Judgement
 from engine.observability import (
     NULL_OBSERVER,
     MetricsServer,
     Observer,
     Observers,
     PruneTrigger,
+    ScheduleVerdict,
     serve_metrics,
     tracing,
 )
@@ -155,6 +157,7 @@ class Telemetry:
     gauges: list[StoreGauges] = field(default_factory=list)
     url: str | None = None
     tracing: bool = False
+    deadman: DeadmanWatch | None = None
 
     def describe(self) -> str:
         """For the start-up log line."""
@@ -172,6 +175,17 @@ class Telemetry:
             self.gauges.append(
                 watch(self.metrics.registry, engine.storage, open_read_model(db), engine.clock)
             )
+            observer = self.observer
+
+            def verdicts(found: list[Judgement]) -> None:
+                observer.deadman_verdicts(
+                    ScheduleVerdict(j.schedule.tenant, j.schedule.name, j.verdict.value)
+                    for j in found
+                )
+
+            self.deadman = DeadmanWatch(
+                engine.storage.schedules, engine.storage.runs, engine.clock, verdicts
+            ).start()
         if self.observer.active:
             attach_sweeper(
                 engine.commands, engine.storage, engine.clock, on_report=_prunes(self.observer)
@@ -182,6 +196,9 @@ class Telemetry:
         server, self.server = self.server, None
         if server is not None:
             server.close()
+        deadman, self.deadman = self.deadman, None
+        if deadman is not None:
+            deadman.close()
         gauges, self.gauges = self.gauges, []
         for each in gauges:
             each.close()
