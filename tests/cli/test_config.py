@@ -96,3 +96,10 @@ def test_a_missing_named_config_file_is_refused(tmp_path: Path) -> None:
     result = run_cli("--config", str(tmp_path / "absent.toml"), "config", "show")
     assert result.code == 2
     assert "does not exist" in result.stderr
+
+
+def test_every_setting_is_documented_in_the_readme() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    for setting in SETTINGS:
+        assert f"| `{setting.name}` | `{setting.env}` |" in section, setting.name

@@ -119,7 +119,7 @@ def verify_(
     if from_file is not None:
         if not from_file.is_file():
             raise InvalidInput(f"--file {from_file} does not exist")
-        keys = load_keyring(cli.db, create=False)
+        keys = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
         with from_file.open(encoding="utf-8") as handle:
             try:
                 result = verify_export(read_export(handle), keys)
@@ -139,7 +139,7 @@ def verify_(
         _report(found, as_json)
         return
     with open_existing(ctx) as engine:
-        keys = load_keyring(cli.db, create=False)
+        keys = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
         engine.service.audit_chains(actor=operator(), wanted=list(expect))  # each exists
         readable = engine.service.audit_chains(actor=operator(), wanted=chains)
         result = verify(engine.storage.audit, keys, chains=readable, full=full, expect=expect)
@@ -208,7 +208,7 @@ def rotate_key(ctx: typer.Context) -> None:
             "the audit key belongs to the account that runs `vortos run --control-socket`: "
             "rotate it as that account, without --control-socket"
         )
-    where, path = key_source(cli.db)
+    where, path = key_source(cli.db, cli.settings.audit_key_file)
     if path is None:
         raise InvalidInput(
             f"the key comes from {where}: rotate it there (append a new key after a comma)"

@@ -86,7 +86,13 @@ def open_for_write(ctx: typer.Context) -> Engine:
     if cli.control_socket is not None:
         return open_existing(ctx)
     return _with_approval_ttl(
-        open_engine(cli.db, create=True, commands=cli.commands(), enforce=True)
+        open_engine(
+            cli.db,
+            create=True,
+            commands=cli.commands(),
+            enforce=True,
+            audit_key_file=cli.settings.audit_key_file,
+        )
     )
 
 
@@ -101,6 +107,7 @@ def open_existing(ctx: typer.Context) -> Engine:
             commands=cli.commands(),
             enforce=True,
             control_socket=cli.control_socket,
+            audit_key_file=cli.settings.audit_key_file,
         )
     )
 
@@ -123,7 +130,13 @@ def open_to_serve(ctx: typer.Context) -> Engine:
     itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket)."""
     cli = state(ctx)
     return _with_approval_ttl(
-        open_engine(cli.db, create=True, commands=cli.commands(), enforce=True)
+        open_engine(
+            cli.db,
+            create=True,
+            commands=cli.commands(),
+            enforce=True,
+            audit_key_file=cli.settings.audit_key_file,
+        )
     )
 
 

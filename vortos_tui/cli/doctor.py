@@ -54,6 +54,7 @@ def run_doctor(cli: CliState) -> Report:
                 engine.storage,
                 engine.clock,
                 cli.db,
+                key_file=cli.settings.audit_key_file,
                 remote_verify=remote_verify,
                 diagnostics=SqliteDiagnostics(engine.storage.pool),
                 commands=cli.commands(),

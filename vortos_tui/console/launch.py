@@ -74,7 +74,13 @@ def run_console(
         # Refuse a missing or foreign file now, with the CLI's message, not as a banner.
         open_engine(cli.db, create=False, readonly=True, commands=commands).close()
     else:
-        engine = open_engine(cli.db, create=True, commands=commands, enforce=True)
+        engine = open_engine(
+            cli.db,
+            create=True,
+            commands=commands,
+            enforce=True,
+            audit_key_file=cli.settings.audit_key_file,
+        )
         engine.storage.audit.keys()  # no audit key, no dispatching: refuse now, not at a fire
         if cli.app is not None:
             engine.service.sync_static(cli.loaded_app().static, actor=who)
