@@ -11,10 +11,17 @@ from engine.governance.doctor import Finding, Report, Status
 from tests.console.conftest import ConsoleFactory
 from tests.console.screen_text import screen_lines
 from tests.console.seed import NOW
+from vortos_tui.console.app import VortosConsole
+from vortos_tui.console.context import NodeRole, NodeStatus
 from vortos_tui.console.views.doctor import DoctorView
 from vortos_tui.console.views.schedules import SchedulesView
+from vortos_tui.console.widgets import ConsoleHeader
 
 WIDE = (160, 40)
+
+
+def header(app: VortosConsole) -> str:
+    return str(app.screen.query_one(ConsoleHeader).render())
 
 
 def report(*findings: Finding) -> Report:
@@ -84,3 +91,16 @@ async def test_a_schedule_whose_daemon_stopped_for_three_periods_shows_late(
         }
     assert "LATE" in badges["forgotten"]
     assert "LATE" not in badges["heartbeat"]  # the seeded ones fired on time
+
+
+async def test_an_open_dispatch_breaker_shows_in_the_header(console_for: ConsoleFactory) -> None:
+    app = console_for()
+    app.ctx.node = lambda: NodeStatus(NodeRole.LEADER, "n1", "open")
+    async with app.run_test(size=WIDE) as pilot:
+        await app.settle()
+        await pilot.pause()
+        assert "BREAKER OPEN" in header(app)
+        app.ctx.node = lambda: NodeStatus(NodeRole.LEADER, "n1", None)
+        await app.settle()
+        await pilot.pause()
+        assert "BREAKER" not in header(app)

@@ -31,6 +31,9 @@ class NodeRole(StrEnum):
 class NodeStatus:
     role: NodeRole
     node_id: str | None = None
+    # The in-process daemon's dispatch circuit breaker, when it is not closed ("open",
+    # "half_open"): no dispatch is tried while it is open.
+    breaker: str | None = None
 
 
 def attached() -> NodeStatus:

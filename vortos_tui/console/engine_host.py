@@ -69,7 +69,8 @@ class EngineHost:
         if self.failed is not None:
             return NodeStatus(NodeRole.DOWN, self.node_id)
         role = NodeRole.LEADER if self.daemon.leading else NodeRole.STANDBY
-        return NodeStatus(role, self.node_id)
+        breaker = self.daemon.breaker_state.value
+        return NodeStatus(role, self.node_id, None if breaker == "closed" else breaker)
 
     @property
     def running_commands(self) -> int:

@@ -42,6 +42,11 @@ class ConsoleHeader(Static):
         top.append(ctx.db_label, style="bold cyan")
         top.append("  node ")
         top.append(node.role.value, style=ROLE_STYLE[node.role])
+        if node.breaker is not None:
+            top.append(" ")
+            top.append(
+                f"BREAKER {node.breaker.replace('_', '-').upper()}", style="bold reverse red"
+            )
         top.append("  op ")
         top.append(ctx.operator_label or ctx.operator, style="bold")
         if ctx.read_only:
