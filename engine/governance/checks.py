@@ -12,6 +12,7 @@ import zoneinfo
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from engine.domain.approvals import ApprovalState, GatedOperation
 from engine.domain.errors import StorageError, VortosError
 from engine.domain.run import RunState
 from engine.domain.schedule import MisfireKind, Schedule, ScheduleOrigin, ScheduleStatus
@@ -30,6 +31,7 @@ DISK_WARN_SHARE = 0.10
 STALL_MS = 120_000  # a fire waiting this long for a consumer: the queue is stalled
 CONSUMER_SILENCE_MS = 300_000
 LIST_AT_MOST = 5
+ACTIVATING = frozenset({GatedOperation.CREATE, GatedOperation.RESUME, GatedOperation.UPDATE})
 EXPLICIT_MISFIRE_KEY = "misfire_policy_explicit"
 
 FreeSpace = Callable[[Path], tuple[int, int]]  # (free bytes, total bytes) of a directory
@@ -318,7 +320,8 @@ class MisfireSettings(_Named):
 
 
 class SensitiveApprovers(_Named):
-    """C6: a sensitive schedule can be approved: someone holds the approver role."""
+    """C6: every active sensitive schedule made at runtime was approved by a second operator
+    (static ones are reviewed with their code), and someone may approve their changes."""
 
     def __init__(self) -> None:
         super().__init__("governance.sensitive")
@@ -339,6 +342,27 @@ class SensitiveApprovers(_Named):
                 f"{len(sensitive)} sensitive schedule(s), nobody may approve their changes",
                 _some([f"{s.tenant}/{s.name}" for s in sensitive]),
                 "grant the approver role: `vortos operators grant NAME approver`",
+            )
+        approved = {
+            (a.tenant, a.schedule)
+            for a in ctx.storage.approvals.list(state=ApprovalState.CONSUMED, limit=100_000)
+            if a.operation in ACTIVATING
+        }
+        unapproved = [
+            f"{s.tenant}/{s.name}"
+            for s in sensitive
+            if s.status is ScheduleStatus.ACTIVE
+            and s.origin is ScheduleOrigin.DYNAMIC
+            and (s.tenant, s.name) not in approved
+        ]
+        if unapproved:
+            return self.fail(
+                f"{len(unapproved)} active sensitive schedule(s) never approved by a second "
+                "operator",
+                f"{_some(unapproved)} (made or activated by code that opens the database "
+                "itself, which four-eyes does not gate)",
+                "have them reviewed: pause each, then resume it through the CLI or the console, "
+                "which asks an approver",
             )
         return self.ok(
             f"{len(sensitive)} sensitive schedule(s); approvers: {_some(sorted(approvers))}"

@@ -196,6 +196,12 @@ def _nobody_approves(site: Site) -> dict[str, Finding]:
     return site.findings()
 
 
+def _sensitive_without_approval(site: Site) -> dict[str, Finding]:
+    # Trusted code (which opens the file itself) is not gated by four-eyes: the doctor says so.
+    site.engine.service.create(every_minute("payroll", sensitive=True), actor="setup")
+    return site.findings()
+
+
 def _no_lease_store(site: Site) -> dict[str, Finding]:
     site.sql("DROP TABLE leases")
     return site.findings()
@@ -261,6 +267,7 @@ FAILURES: list[tuple[str, Breaker, Status]] = [
     ("commands.allowlist", _unknown_command, Status.FAIL),
     ("schedule.misfire", _silent_skip, Status.WARN),
     ("governance.sensitive", _nobody_approves, Status.FAIL),
+    ("governance.sensitive", _sensitive_without_approval, Status.FAIL),
     ("lease.probe", _no_lease_store, Status.FAIL),
     ("lease.holder", _expired_leader, Status.FAIL),
     ("queue.stall", _stalled_queue, Status.FAIL),

@@ -315,9 +315,7 @@ class SqliteReadModel:
                     "ORDER BY tenant, name LIMIT ? OFFSET ?",
                     (*args, limit - len(found), max(0, offset - due)),
                 )
-        rows = tuple(
-            ScheduleRow(schedule_from_row(r[:-2]), _recent(r[-2]), r[-1]) for r in found
-        )
+        rows = tuple(ScheduleRow(schedule_from_row(r[:-2]), _recent(r[-2]), r[-1]) for r in found)
         return Page(rows, offset, total, offset + len(rows) < total)
 
     async def fires(self, query: FireListQuery) -> Page[Run]:
