@@ -470,10 +470,9 @@ def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
     return slot.at_ms
 
 
-def _redefine(schedule: Schedule, spec: ScheduleSpec, first_slot: int, now: int) -> Schedule:
-    """`schedule` with `spec`'s definition; a new trigger, zone or jitter restarts the cursor
-    at `first_slot` (the first slot after now)."""
-    changed = replace(
+def with_definition(schedule: Schedule, spec: ScheduleSpec, now: int) -> Schedule:
+    """`schedule` with `spec`'s definition (its id, name, status and cursor kept)."""
+    return replace(
         schedule,
         trigger=spec.trigger,
         timezone=spec.timezone,
@@ -487,6 +486,12 @@ def _redefine(schedule: Schedule, spec: ScheduleSpec, first_slot: int, now: int)
         retry=spec.retry,
         updated_at=now,
     )
+
+
+def _redefine(schedule: Schedule, spec: ScheduleSpec, first_slot: int, now: int) -> Schedule:
+    """`schedule` with `spec`'s definition; a new trigger, zone or jitter restarts the cursor
+    at `first_slot` (the first slot after now)."""
+    changed = with_definition(schedule, spec, now)
     timing = (spec.trigger, spec.timezone, spec.jitter_ms)
     if timing != (schedule.trigger, schedule.timezone, schedule.jitter_ms):
         changed = replace(

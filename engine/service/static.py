@@ -19,7 +19,13 @@ from engine.domain.schedule import (
     ScheduleStatus,
 )
 from engine.ports.schedules import ScheduleQuery
-from engine.service.core import ServiceCore, definition, new_schedule, validate_spec
+from engine.service.core import (
+    ServiceCore,
+    definition,
+    new_schedule,
+    validate_spec,
+    with_definition,
+)
 
 log = logging.getLogger("vortos.service")
 
@@ -229,22 +235,7 @@ def _redefined(s: Schedule, item: StaticSchedule, now: int) -> Schedule:
     A schedule the code no longer declares paused fires from the next slot after now."""
     spec = item.spec
     status = _status(s, item.paused)
-    changed = replace(
-        s,
-        trigger=spec.trigger,
-        timezone=spec.timezone,
-        command=spec.command,
-        payload=dict(spec.payload),
-        misfire=spec.misfire,
-        overlap=spec.overlap,
-        jitter_ms=spec.jitter_ms,
-        sensitive=spec.sensitive,
-        metadata=dict(spec.metadata),
-        retry=spec.retry,
-        updated_at=now,
-        declared_paused=item.paused,
-        status=status,
-    )
+    changed = replace(with_definition(s, spec, now), declared_paused=item.paused, status=status)
     if status is not s.status:
         note = s.pause_note if s.override is not None else DECLARED_PAUSED_NOTE
         changed = replace(changed, pause_note=None if status is ScheduleStatus.ACTIVE else note)

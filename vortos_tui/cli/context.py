@@ -22,8 +22,6 @@ from engine import (
     open_engine,
 )
 from engine.config import BY_NAME, Settings, load_settings
-from engine.domain.approvals import approval_ttl_ms
-from engine.domain.errors import InvalidInput
 
 
 @dataclass(slots=True)
@@ -85,59 +83,35 @@ def open_for_write(ctx: typer.Context) -> Engine:
     cli = state(ctx)
     if cli.control_socket is not None:
         return open_existing(ctx)
-    return _with_approval_ttl(
-        open_engine(
-            cli.db,
-            create=True,
-            commands=cli.commands(),
-            enforce=True,
-            audit_key_file=cli.settings.audit_key_file,
-        )
-    )
+    return _open(cli, create=True)
 
 
 def open_existing(ctx: typer.Context) -> Engine:
     """For changes to what is stored: a missing database is an error, not created. With a
     control socket, the database is read-only here and changes go through the socket."""
     cli = state(ctx)
-    return _with_approval_ttl(
-        open_engine(
-            cli.db,
-            create=False,
-            commands=cli.commands(),
-            enforce=True,
-            control_socket=cli.control_socket,
-            audit_key_file=cli.settings.audit_key_file,
-        )
-    )
-
-
-def _with_approval_ttl(engine: Engine) -> Engine:
-    """Requests this process makes stay open for VORTOS_APPROVAL_TTL (default 24h); through
-    a control socket, the server's setting applies."""
-    text = os.environ.get("VORTOS_APPROVAL_TTL")
-    if text:
-        try:
-            engine.service.four_eyes.ttl_ms = approval_ttl_ms(text)
-        except InvalidInput as exc:
-            engine.close()
-            raise InvalidInput(f"VORTOS_APPROVAL_TTL: {exc}") from None
-    return engine
+    return _open(cli, create=False, control_socket=cli.control_socket)
 
 
 def open_to_serve(ctx: typer.Context) -> Engine:
     """For `vortos run` and `vortos consume`: the process that owns the database opens it
     itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket)."""
-    cli = state(ctx)
-    return _with_approval_ttl(
-        open_engine(
-            cli.db,
-            create=True,
-            commands=cli.commands(),
-            enforce=True,
-            audit_key_file=cli.settings.audit_key_file,
-        )
+    return _open(state(ctx), create=True)
+
+
+def _open(cli: CliState, *, create: bool, control_socket: Path | None = None) -> Engine:
+    """An engine that checks access, with the settings' audit key file; four-eyes requests it
+    makes stay open for the approval_ttl setting (through a control socket, the server's)."""
+    engine = open_engine(
+        cli.db,
+        create=create,
+        commands=cli.commands(),
+        enforce=True,
+        control_socket=control_socket,
+        audit_key_file=cli.settings.audit_key_file,
     )
+    engine.service.four_eyes.ttl_ms = cli.settings.approval_ttl
+    return engine
 
 
 def open_for_read(ctx: typer.Context) -> Engine:
