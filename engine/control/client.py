@@ -28,12 +28,14 @@ from engine.domain.access import Role
 from engine.domain.approvals import Approval, ApprovalRequired
 from engine.domain.audit import ChainPoint
 from engine.domain.clock import Clock
-from engine.domain.errors import NotFound, VortosError
+from engine.domain.errors import InvalidInput, NotFound, VortosError
 from engine.domain.run import Run
 from engine.domain.schedule import DEFAULT_TENANT, Schedule, ScheduleSpec
 from engine.governance.policy import AccessControl
 from engine.ports.retention import RetentionOverride
 from engine.ports.storage import Storage
+from engine.retention import PruneReport, RetentionSettings
+from engine.retention.sweeper import Wait
 from engine.service import BackfillReport, ScheduleService
 
 CALL_TIMEOUT_S = 120.0  # a backfill of many slots takes a while; nothing legitimate takes this
@@ -52,9 +54,13 @@ class ControlClient:
         self.path = Path(path)
         self.timeout_s = timeout_s
 
-    def call(self, op: str, args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def call(
+        self, op: str, args: Mapping[str, Any] | None = None, *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """The result of `op`, or the server's error raised as the same class here."""
-        answer = self._exchange({"v": VERSION, "op": op, "args": dict(args or {})})
+        answer = self._exchange(
+            {"v": VERSION, "op": op, "args": dict(args or {})}, timeout_s or self.timeout_s
+        )
         if answer.get("ok") is True:
             result = answer.get("result")
             if not isinstance(result, dict):
@@ -67,9 +73,9 @@ class ControlClient:
             raise _Waiting(str(error.get("message")), str(error.get("approval_id")))
         raise error_from_json(error)
 
-    def _exchange(self, request: Mapping[str, Any]) -> dict[str, Any]:
+    def _exchange(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(self.timeout_s)
+        conn.settimeout(timeout_s)
         try:
             try:
                 conn.connect(str(self.path))
@@ -81,7 +87,7 @@ class ControlClient:
                     line = stream.readline(MAX_LINE + 1)
             except TimeoutError:
                 raise ControlUnavailable(
-                    f"the control socket {self.path} did not answer within {self.timeout_s:.0f}s"
+                    f"the control socket {self.path} did not answer within {timeout_s:.0f}s"
                 ) from None
             except OSError as exc:
                 raise ControlUnavailable(
@@ -292,6 +298,25 @@ class RemoteService(ScheduleService):
             set_by=str(before["set_by"]),
             set_at=int(before["set_at"]),
         )
+
+    def prune(
+        self,
+        *,
+        actor: str,
+        dry_run: bool = False,
+        settings: RetentionSettings | None = None,
+        wait: Wait | None = None,
+    ) -> PruneReport:
+        """A sweep made by the server (with its sweeper's settings), which may take up to its
+        time budget."""
+        if settings is not None or wait is not None:
+            raise InvalidInput("a prune through the control socket uses the server's settings")
+        budget_s = self.retention_settings()[0].budget_s
+        try:
+            done = self.client.call("prune", {"dry_run": dry_run}, timeout_s=budget_s + 60)
+        except _Waiting as waiting:  # a prune asks no approval; keep the types honest
+            raise InvalidInput(str(waiting)) from None
+        return PruneReport.from_json(done)
 
     def audit_verify(
         self,

@@ -278,6 +278,10 @@ def _remove_retention(c: ControlContext, a: Args) -> dict[str, Any]:
     }
 
 
+def _prune(c: ControlContext, a: Args) -> dict[str, Any]:
+    return c.service.prune(actor=c.actor, dry_run=_flag(a, "dry_run")).to_json()
+
+
 def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
     if c.keys is None or c.audit is None:
         raise StorageError("this server has no audit key: it cannot verify")
@@ -322,6 +326,7 @@ OPERATIONS: dict[str, Handler] = {
     "revoke_role": _revoke,
     "set_retention": _set_retention,
     "remove_retention": _remove_retention,
+    "prune": _prune,
     "audit_verify": _audit_verify,
 }
 

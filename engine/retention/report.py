@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.domain.timeutil import iso_utc
+from engine.domain.timeutil import iso_utc, parse_instant
 from engine.ports.retention import RunAge, RunStanding
 from engine.retention.settings import RetentionSettings
 
@@ -100,3 +100,26 @@ class PruneReport:
                 for tenant, counts in sorted(self.tenants.items())
             ],
         }
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> PruneReport:
+        """A report as `to_json` wrote it (a control socket's prune)."""
+        report = cls(
+            sweep_id=str(value["sweep"]),
+            trigger=str(value["trigger"]),
+            dry_run=bool(value["dry_run"]),
+            started_at=parse_instant(str(value["started_at"])),
+            settings=RetentionSettings.from_payload(value["settings"]),
+            tenants={
+                str(t["tenant"]): TenantPrune(
+                    int(t["runs"]), int(t["fires"]), int(t["dead_letters"])
+                )
+                for t in value["tenants"]
+            },
+        )
+        report.duration_s = float(value["duration_s"])
+        report.truncated = bool(value["truncated"])
+        report.stopped_by = value.get("stopped_by")
+        report.batches = int(value["batches"])
+        report.examined = int(value["examined"])
+        return report

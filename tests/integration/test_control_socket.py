@@ -325,3 +325,17 @@ def test_the_cli_says_clearly_when_nothing_serves_the_socket(
     assert "nothing serves the control socket" in result.stderr
     assert "Traceback" not in result.stderr
     assert db.read_bytes() == before
+
+
+def test_a_prune_through_the_socket_is_made_by_the_server(
+    served: tuple[Engine, Path, Path],
+) -> None:
+    server_engine, db, path = served
+    env = {"VORTOS_CONTROL_SOCKET": str(path)}
+    refused = run_cli("prune", db=db, env=env)
+    assert refused.code == 4, refused.stderr  # a real prune needs admin in every tenant
+    server_engine.storage.operators.grant(Grant(ME, Role.ADMIN), by="setup", at=T0)
+    done = run_cli("prune", "--json", db=db, env=env)
+    assert done.code == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["dry_run"], report["trigger"]) == (False, "manual")

@@ -11,7 +11,7 @@ from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import iso_utc
 from engine.ports.retention import RetentionOverride
 from engine.retention import PruneReport
-from vortos_tui.cli.context import open_existing, open_for_read, operator, state
+from vortos_tui.cli.context import open_existing, open_for_read, operator
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 
 app = typer.Typer(
@@ -30,16 +30,6 @@ def _needs_tenant(tenant: str | None, verb: str) -> str:
             "other tenant gets the sweeper's default (`vortos retention show`)"
         )
     return tenant
-
-
-def _local_only(ctx: typer.Context, what: str) -> None:
-    # The control socket does not carry retention changes: say so, rather than failing on
-    # the read-only database this process opens under it.
-    if state(ctx).control_socket is not None:
-        raise InvalidInput(
-            f"{what} does not go through the control socket: run it as the account that "
-            "runs `vortos run` (without --control-socket / VORTOS_CONTROL_SOCKET)"
-        )
 
 
 def _kept(days: int, *, hold: bool = True) -> str:
@@ -146,8 +136,6 @@ def prune(
     """Run one retention sweep now, with the daily sweeper's settings: terminal runs past
     their tenant's retention go, with their fires (dead letters after a longer retention);
     open runs and legal holds are never touched. Audited; needs admin in every tenant."""
-    if not dry_run:
-        _local_only(ctx, "`vortos prune`")
     opener = open_for_read if dry_run else open_existing
     with opener(ctx) as engine:
         report = engine.service.prune(actor=operator(), dry_run=dry_run)
