@@ -37,6 +37,7 @@ PAUSE_S = 0.03
 # write lock for over 100 ms.
 TARGET_WRITE_S = 0.04
 MIN_BATCH = 250
+FIRST_BATCH = 1000
 
 # Sleeps up to the given seconds; True when the sweep should stop (wait(0): a mere look).
 Wait = Callable[[float], bool]
@@ -89,7 +90,9 @@ class RetentionSweeper:
         report = PruneReport(uuid.uuid4().hex[:12], trigger, dry_run, now, settings)
         store = self._storage.retention
         after = 0
-        size = settings.batch_size
+        # Start small: the first batch has no timing to go by, and a large one on a busy host
+        # would be the one long stall of the sweep.
+        size = min(settings.batch_size, FIRST_BATCH)
         while True:
             plan = RetentionPlan.at(now, settings, store.overrides())
             horizon = plan.horizon
