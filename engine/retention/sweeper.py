@@ -37,7 +37,7 @@ PAUSE_S = 0.03
 # write lock for over 100 ms.
 TARGET_WRITE_S = 0.04
 MIN_BATCH = 250
-FIRST_BATCH = 1000
+FIRST_BATCH = MIN_BATCH
 
 # Sleeps up to the given seconds; True when the sweep should stop (wait(0): a mere look).
 Wait = Callable[[float], bool]
