@@ -149,32 +149,27 @@ def run(
     o = _options(ctx)
     configure_logging(o.log_level)
     check_node_id(node_id)
-    settings = o.consumers
-    ttl, ahead, recovery_ms, ttl_ms = o.lease_ttl_ms, o.lookahead_ms, o.recovery_ms, o.approval_ms
-    tenant_cap, breaker_failures = o.tenant_cap, o.breaker_failures
-    control_socket, control_group = o.control_socket, o.control_group
-    metrics_port, metrics_host = o.metrics_port, o.metrics_host
     node = node_id or default_node_id()
     cli = state(ctx)
     cli.commands()  # import the app (and refuse a broken one) before opening the database
     with contextlib.ExitStack() as serving:
         # A metrics port in use fails here, before the database is opened.
-        telemetry = start_telemetry(metrics_port, metrics_host, trace)
+        telemetry = start_telemetry(o.metrics_port, o.metrics_host, trace)
         serving.callback(telemetry.close)
         engine = serving.enter_context(open_to_serve(ctx))
         serving.callback(telemetry.close)  # again, first: no scrape once the database closes
         telemetry.watch(engine, cli.db)
         # Every fire is audited: without the key there is no dispatching, so say so now.
         engine.storage.audit.keys()
-        engine.service.four_eyes.ttl_ms = ttl_ms
-        if control_socket is not None:
-            serving.enter_context(engine.serve_control(control_socket, group=control_group))
+        engine.service.four_eyes.ttl_ms = o.approval_ms
+        if o.control_socket is not None:
+            serving.enter_context(engine.serve_control(o.control_socket, group=o.control_group))
         _sync_static(engine, cli)
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
         consumer = (
-            None if no_consume else build_consumer(engine, node, settings, telemetry.observer)
+            None if no_consume else build_consumer(engine, node, o.consumers, telemetry.observer)
         )
 
         def dispatched(report: DispatchReport) -> None:
@@ -183,13 +178,13 @@ def run(
 
         daemon = engine.daemon(
             node_id=node,
-            lease_ttl_ms=ttl,
-            lookahead_ms=ahead,
+            lease_ttl_ms=o.lease_ttl_ms,
+            lookahead_ms=o.lookahead_ms,
             on_dispatch=dispatched,
-            tenant_cap=tenant_cap or None,
+            tenant_cap=o.tenant_cap or None,
             observer=telemetry.observer,
-            breaker_failures=breaker_failures,
-            breaker_recovery_ms=recovery_ms,
+            breaker_failures=o.breaker_failures,
+            breaker_recovery_ms=o.recovery_ms,
         )
 
         def stop() -> None:
@@ -202,8 +197,8 @@ def run(
             "vortos %s on %s (lease ttl %s, %s, %s)",
             node,
             cli.db,
-            format_duration(ttl),
-            "no consumers" if consumer is None else f"{settings.concurrency} consumer thread(s)",
+            format_duration(o.lease_ttl_ms),
+            "no consumers" if consumer is None else f"{o.consumers.concurrency} consumer thread(s)",
             telemetry.describe(),
         )
         worker = None if consumer is None else start_consumer(consumer)
