@@ -2,17 +2,16 @@
 real daemon keeps dispatching every-second schedules on time (lateness p99 under 100 ms);
 a legal-hold tenant loses nothing; open runs are untouched.
 
-Real clock, real threads: the daemon and a consumer, as `vortos run` has them; the sweep is
-the built-in sweeper's fire, run by that consumer on one of its worker threads.
+Real clock, a real `vortos run` process (daemon and consumers); the sweep is the built-in
+sweeper's fire, triggered here and run by that process's consumer on one of its worker threads.
+The daemon runs in its own process, not in pytest's: the suite's heap would make pytest's GC
+pauses part of the measurement.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import apsw
@@ -21,8 +20,8 @@ import pytest
 from engine import Engine, IntervalTrigger, RunState, ScheduleSpec, open_engine
 from engine.backends.sqlite.connection import scalar
 from engine.domain.timeutil import DAY_MS
-from engine.ports.dispatch import DispatchReport
 from engine.retention import SWEEP_SCHEDULE, SWEEP_TENANT, RetentionSettings, retention_schedule
+from tests.integration.processes import Daemon, wait_for
 
 OLD_RUNS = 1_000_000  # tenant acme, completed 40 days ago: every one goes
 HELD_EVERY = 101  # every 101st old run is the legal-hold tenant's instead
@@ -73,31 +72,6 @@ def count(engine: Engine, sql: str, *args: object) -> int:
     return int(scalar(engine.storage.pool.get(), sql, args))
 
 
-@contextmanager
-def scheduler(engine: Engine) -> Iterator[None]:
-    """The daemon and a two-thread consumer, each on its own thread, as `vortos run` runs."""
-    consumer = engine.consumer(consumer_id="c1", concurrency=2)
-
-    def dispatched(report: DispatchReport) -> None:
-        if report.dispatched:
-            consumer.poke()
-
-    daemon = engine.daemon(node_id="n1", on_dispatch=dispatched)
-    threads = [
-        threading.Thread(target=daemon.run, name="daemon"),
-        threading.Thread(target=consumer.run, name="consumer"),
-    ]
-    for thread in threads:
-        thread.start()
-    try:
-        yield
-    finally:
-        daemon.stop()
-        consumer.stop()
-        for thread in threads:
-            thread.join(timeout=30)
-
-
 def p99(values: list[int]) -> int:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, (len(ordered) * 99) // 100)]
@@ -126,8 +100,16 @@ def test_a_million_old_runs_are_pruned_while_dispatch_stays_on_time(tmp_path: Pa
         held_before = count(engine, "SELECT count(*) FROM runs WHERE tenant = 'held'")
         held_fires_before = count(engine, "SELECT count(*) FROM fire_queue WHERE tenant = 'held'")
         assert held_before == OLD_RUNS // (HELD_EVERY - 1)
-        with scheduler(engine):
-            time.sleep(2)  # dispatching every second before the prune starts
+        daemon = Daemon(db, "n1", tmp_path)
+        try:
+            wait_for(
+                lambda: (
+                    count(engine, "SELECT count(*) FROM runs WHERE tenant = 'live'")
+                    >= 2 * LIVE_SCHEDULES
+                ),
+                60,
+                "the daemon to dispatch the live schedules twice",
+            )
             sweep = engine.service.trigger(SWEEP_SCHEDULE, tenant=SWEEP_TENANT, actor="ops")
             deadline = time.monotonic() + 45
             while True:
@@ -139,6 +121,8 @@ def test_a_million_old_runs_are_pruned_while_dispatch_stays_on_time(tmp_path: Pa
                 assert time.monotonic() < deadline, "the sweep did not finish in 45 s"
                 time.sleep(0.2)
             time.sleep(1.5)  # and after it
+        finally:
+            assert daemon.terminate() == 0, daemon.log
 
         assert run.started_at is not None
         assert run.finished_at is not None
