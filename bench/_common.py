@@ -34,7 +34,7 @@ from engine import (
     ScheduleStatus,
     open_engine,
 )
-from engine.backends.sqlite.codec import SCHEDULE_COLUMNS, schedule_values
+from engine.backends.codec import SCHEDULE_COLUMNS, schedule_values
 from engine.domain.schedule import canonical_json
 
 _COLUMNS = [c.strip() for c in SCHEDULE_COLUMNS.split(",")]
@@ -163,6 +163,35 @@ def new_database(path: Path) -> Path:
     """A fresh Vortos database file, created by the engine itself."""
     open_engine(path).close()
     return path
+
+
+@contextmanager
+def pg_schema(base_url: str) -> Iterator[str]:
+    """A URL whose search_path is a new schema `vortos_bench_<hex>` of the PostgreSQL database
+    at `base_url`, with the Vortos tables created by the engine's own migration; the schema is
+    dropped afterwards (as tests/pg.py's fresh_schema: sessions still in it are ended first).
+    Needs psycopg (the `postgres` extra)."""
+    import psycopg  # noqa: PLC0415 - the postgres extra, only when a benchmark asks for it
+
+    from engine.backends.postgres import migrate_database  # noqa: PLC0415
+
+    schema = f"vortos_bench_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in base_url else "?"
+    url = f"{base_url}{separator}options=-csearch_path%3D{schema}"
+    try:
+        migrate_database(url)
+        yield url
+    finally:
+        with psycopg.connect(base_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND datname = current_database() "
+                "AND query LIKE %s",
+                (f"%{schema}%",),
+            )
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def interval_rows(

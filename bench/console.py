@@ -74,7 +74,7 @@ from engine import (
     open_engine,
     open_read_model,
 )
-from engine.backends.sqlite.codec import RUN_COLUMNS, SCHEDULE_COLUMNS, schedule_values
+from engine.backends.codec import RUN_COLUMNS, SCHEDULE_COLUMNS, schedule_values
 from engine.backends.sqlite.connection import connect, schema_sql
 from engine.backends.sqlite.read_model import _DUE, _RECENT
 from engine.domain.slots import slot_key

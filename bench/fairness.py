@@ -46,7 +46,7 @@ from bench._common import (
 )
 from bench.audit import copy_database
 from engine import DaemonConfig, ManualClock, SchedulerDaemon, open_engine
-from engine.backends.sqlite.codec import SCHEDULE_COLUMNS
+from engine.backends.codec import SCHEDULE_COLUMNS
 from engine.backends.sqlite.dispatch import SqliteDispatcher
 from engine.ports.dispatch import DispatchReport
 from engine.runtime.daemon import DEFAULT_BATCH, DEFAULT_TENANT_CAP

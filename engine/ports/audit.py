@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from engine.domain.audit import AuditEntry, AuditEvent, ChainPoint, Checkpoint
+from engine.domain.audit import AuditEntry, AuditEvent, ChainPoint, Checkpoint, KeyRing
 
 
 class AuditLog(Protocol):
@@ -17,6 +17,10 @@ class AuditLog(Protocol):
     - Nothing here changes or removes an entry.
     - Appending without an audit key raises AuditKeyMissing; reading needs no key.
     """
+
+    def keys(self) -> KeyRing:
+        """The signing and verifying keys, loaded on first need; AuditKeyMissing without."""
+        ...
 
     def append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]: ...
 

@@ -70,6 +70,11 @@ class DispatchPort(Protocol):
       to `tenant_cap` of them dispatched in this call (wherever they sit in the due order),
       and the rest of `limit` goes to the soonest due; those left over are in `capped`. One
       tenant's backlog then never delays another's fires by more than a transaction.
+    - With `shard=(index, count)`, only schedules whose shard key (a stable hash of the id,
+      see engine.backends.postgres.schedules.shard_key) modulo `count` is `index` are read
+      and dispatched: `count` leaders, each holding its shard's lease, share the schedules.
+      A backend whose writes are serialised anyway (SQLite) refuses `count > 1` with
+      InvalidInput; `count = 1` is the whole set. A shard outside 0..count-1 is InvalidInput.
     - A crash at any point leaves either all of it or none of it.
     """
 
@@ -84,10 +89,12 @@ class DispatchPort(Protocol):
         resolve: Resolver,
         until_ms: int | None = None,
         tenant_cap: int | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> DispatchReport: ...
 
-    def next_due_at(self) -> int | None:
-        """The earliest `next_fire_at` of any active schedule."""
+    def next_due_at(self, shard: tuple[int, int] | None = None) -> int | None:
+        """The earliest `next_fire_at` of any active schedule (of `shard`'s, when given; the
+        same refusals as `dispatch_due`)."""
         ...
 
 

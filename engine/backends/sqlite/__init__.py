@@ -23,6 +23,7 @@ from engine.backends.sqlite.connection import (
     storage_errors,
     write_tx,
 )
+from engine.backends.sqlite.diagnostics import SqliteDiagnostics
 from engine.backends.sqlite.dispatch import SqliteDispatcher
 from engine.backends.sqlite.fire_queue import SqliteFireQueue
 from engine.backends.sqlite.lease import SqliteLease
@@ -98,6 +99,10 @@ class SqliteBackend:
                     "WHERE completed_at IS NULL AND discarded_at IS NULL"
                 ),
             }
+
+    def diagnostics(self) -> SqliteDiagnostics:
+        """What the doctor reads about the database file itself."""
+        return SqliteDiagnostics(self.pool)
 
     @contextmanager
     def serving(self) -> Iterator[None]:

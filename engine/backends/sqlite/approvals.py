@@ -41,6 +41,26 @@ def approval_from_row(r: Row) -> Approval:
     )
 
 
+def approval_values(a: Approval) -> tuple[Any, ...]:
+    """The row for COLUMNS, in order."""
+    return (
+        a.id,
+        a.tenant,
+        a.schedule,
+        a.operation.value,
+        a.digest,
+        canonical(dict(a.change)),
+        a.requested_by,
+        a.requested_at,
+        a.expires_at,
+        a.stored_state.value,
+        a.decided_by,
+        a.decided_at,
+        a.reason,
+        a.consumed_at,
+    )
+
+
 class SqliteApprovalStore:
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
@@ -51,22 +71,7 @@ class SqliteApprovalStore:
             conn.execute(
                 f"INSERT INTO approvals ({COLUMNS}) VALUES "
                 "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    approval.id,
-                    approval.tenant,
-                    approval.schedule,
-                    approval.operation.value,
-                    approval.digest,
-                    canonical(dict(approval.change)),
-                    approval.requested_by,
-                    approval.requested_at,
-                    approval.expires_at,
-                    approval.stored_state.value,
-                    approval.decided_by,
-                    approval.decided_at,
-                    approval.reason,
-                    approval.consumed_at,
-                ),
+                approval_values(approval),
             )
 
     def get(self, approval_id: str) -> Approval | None:

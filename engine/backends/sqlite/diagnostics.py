@@ -75,3 +75,6 @@ class SqliteDiagnostics:
         with storage_errors(self._pool.path):
             found = rows(self._pool.get(), "SELECT DISTINCT timezone FROM schedules ORDER BY 1")
         return [str(r[0]) for r in found]
+
+    def clock_skew_ms(self) -> int | None:
+        return None  # the file has no clock: this host's is the only one

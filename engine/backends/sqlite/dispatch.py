@@ -7,13 +7,14 @@ lease cannot change hands between the check and the commit.
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
-from typing import Any
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 
 import apsw
 
+from engine.backends.codec import SCHEDULE_COLUMNS, schedule_from_row
+from engine.backends.fairness import fair_share
 from engine.backends.sqlite.audit import SqliteAuditLog, append_in
-from engine.backends.sqlite.codec import SCHEDULE_COLUMNS, schedule_from_row
 from engine.backends.sqlite.connection import (
     ConnectionPool,
     Row,
@@ -24,7 +25,7 @@ from engine.backends.sqlite.connection import (
     write_tx,
 )
 from engine.domain.audit import AuditEvent
-from engine.domain.errors import LeaseExpired, LeaseNotOwned, VortosError
+from engine.domain.errors import InvalidInput, LeaseExpired, LeaseNotOwned, VortosError
 from engine.domain.misfire import due_at
 from engine.domain.schedule import Schedule, canonical_json
 from engine.domain.slots import slot_key
@@ -76,6 +77,72 @@ def fired(run: DispatchedFire) -> AuditEvent:
     )
 
 
+# A planned fire (its run id 0 until the run is written), with its command and payload.
+Planned = tuple[DispatchedFire, str, str]
+# A cursor move, in the order of _ADVANCE: (next_slot_at, next_fire_at, schedule id).
+Advance = tuple[int | None, int | None, str]
+
+
+def plan_due(
+    due: Sequence[Row],
+    definition: Callable[[str, int], tuple[Schedule, str]],
+    resolve: Resolver,
+    now_ms: int,
+    node_id: str,
+    limit: int,
+    report: DispatchReport,
+) -> tuple[list[Planned], list[Advance]]:
+    """Without I/O but through `definition` (schedule id, version -> the schedule and its
+    payload as stored): the fires of the due schedules (rows of the due scan, soonest first),
+    at most about `limit`, and the cursor moves; what was skipped, dropped, held back or left
+    for the next transaction goes into `report`."""
+    planned: list[Planned] = []
+    advances: list[Advance] = []
+    for sid, version, cursor, _tenant, _due in due:
+        if len(planned) >= limit:
+            report.truncated = True  # the rest stay due for the next transaction
+            break
+        report.scanned += 1
+        try:
+            schedule, payload = definition(sid, version)
+            plan = resolve(schedule, cursor)
+        except (VortosError, ValueError, KeyError, TypeError) as exc:
+            # One unreadable definition must not stop every other schedule: hold it back for
+            # a while, cursor untouched, and say so.
+            report.failed[sid] = f"{type(exc).__name__}: {exc}"
+            advances.append((cursor, now_ms + RETRY_BROKEN_MS, sid))
+            continue
+        if plan.skipped_missed or plan.dropped_aged:
+            report.plans[f"{schedule.tenant}/{schedule.name}"] = plan
+        report.skipped_missed += plan.skipped_missed
+        report.dropped_aged += plan.dropped_aged
+        tenant, name, tz = schedule.tenant, schedule.name, schedule.timezone
+        for slot_at in plan.fire:
+            key = slot_key(sid, slot_at, tz)
+            due_instant = due_at(sid, slot_at, tz, schedule.jitter_ms)
+            fire = DispatchedFire(0, tenant, sid, name, key, slot_at, due_instant, now_ms, node_id)
+            planned.append((fire, schedule.command, payload))
+        advances.append((plan.next_slot_at, plan.next_fire_at, sid))
+    return planned, advances
+
+
+def check_shard(shard: tuple[int, int] | None) -> None:
+    """Refuse a shard (index, count) that does not exist."""
+    if shard is not None and (shard[1] < 1 or not 0 <= shard[0] < shard[1]):
+        raise InvalidInput(
+            f"shard {shard[0]} of {shard[1]} does not exist: shards are numbered 0 to count - 1"
+        )
+
+
+def _refuse_shards(shard: tuple[int, int] | None) -> None:
+    check_shard(shard)
+    if shard is not None and shard[1] > 1:
+        raise InvalidInput(
+            f"lease shards need PostgreSQL (asked for shard {shard[0]} of {shard[1]}): "
+            "one SQLite file has one writer at a time, so one leader dispatches everything"
+        )
+
+
 class SqliteDispatcher:
     def __init__(self, pool: ConnectionPool, audit: SqliteAuditLog) -> None:
         self._pool = pool
@@ -93,7 +160,9 @@ class SqliteDispatcher:
         resolve: Resolver,
         until_ms: int | None = None,
         tenant_cap: int | None = None,
+        shard: tuple[int, int] | None = None,
     ) -> DispatchReport:
+        _refuse_shards(shard)
         conn = self._pool.get()
         report = DispatchReport()
         with storage_errors(self._pool.path), write_tx(conn):
@@ -109,50 +178,14 @@ class SqliteDispatcher:
             # We hold the write lock: nobody else can insert runs until we commit, so the ids
             # can be handed out here and the rows written with executemany.
             first_id = int(scalar(conn, "SELECT coalesce(max(id), 0) FROM runs")) + 1
-            runs: list[DispatchedFire] = []
-            fires: list[tuple[Any, ...]] = []
-            advances: list[tuple[Any, ...]] = []
-            for sid, version, cursor, _tenant, _due in due:
-                if len(runs) >= limit:
-                    report.truncated = True  # the rest stay due for the next transaction
-                    break
-                report.scanned += 1
-                try:
-                    schedule, payload = self._definition(sid, version)
-                    plan = resolve(schedule, cursor)
-                except (VortosError, ValueError, KeyError, TypeError) as exc:
-                    # One unreadable definition must not stop every other schedule: hold it
-                    # back for a while, cursor untouched, and say so.
-                    report.failed[sid] = f"{type(exc).__name__}: {exc}"
-                    advances.append((cursor, now_ms + RETRY_BROKEN_MS, sid))
-                    continue
-                if plan.skipped_missed or plan.dropped_aged:
-                    report.plans[f"{schedule.tenant}/{schedule.name}"] = plan
-                report.skipped_missed += plan.skipped_missed
-                report.dropped_aged += plan.dropped_aged
-                tenant, name, tz = schedule.tenant, schedule.name, schedule.timezone
-                for slot_at in plan.fire:
-                    run_id = first_id + len(runs)
-                    key = slot_key(sid, slot_at, tz)
-                    due_instant = due_at(sid, slot_at, tz, schedule.jitter_ms)
-                    runs.append(
-                        DispatchedFire(
-                            run_id, tenant, sid, name, key, slot_at, due_instant, now_ms, node_id
-                        )
-                    )
-                    fires.append(
-                        (
-                            run_id,
-                            tenant,
-                            sid,
-                            slot_at,
-                            schedule.command,
-                            payload,
-                            due_instant,
-                            now_ms,
-                        )
-                    )
-                advances.append((plan.next_slot_at, plan.next_fire_at, sid))
+            planned, advances = plan_due(
+                due, self._definition, resolve, now_ms, node_id, limit, report
+            )
+            runs = [fire._replace(run_id=first_id + n) for n, (fire, _, _) in enumerate(planned)]
+            fires = [
+                (r.run_id, r.tenant, r.schedule_id, r.slot_at, cmd, payload, r.due_at, now_ms)
+                for r, (_, cmd, payload) in zip(runs, planned, strict=True)
+            ]
             before = conn.total_changes()
             conn.executemany(_INSERT_RUNS, runs)
             if conn.total_changes() - before != len(runs):
@@ -181,44 +214,17 @@ class SqliteDispatcher:
         report: DispatchReport,
     ) -> list[Row]:
         """The due schedules of this transaction, at most `cap` per tenant while another
-        tenant has schedules due.
+        tenant has schedules due (see engine.backends.fairness)."""
 
-        The first `limit` due schedules (`due`) are taken as they are unless a tenant holds
-        more than `cap` of them while more is due than fits: another tenant's due schedules
-        may then sit behind them in the due order, and would wait for the whole backlog. So
-        every tenant with due schedules gets up to `cap` of this transaction, found through
-        its own index range; what is left of the transaction goes, in due order, to the
-        tenants over the cap. A tenant alone with a backlog is not slowed down.
-        """
-        if len(due) < limit:
-            return due  # everything due fits: nobody waits
-        per_tenant = Counter(r[3] for r in due)
-        crowding = {t for t, n in per_tenant.items() if n > cap}
-        if not crowding:
-            return due
-        others = [r[0] for r in rows(conn, _TENANTS) if r[0] not in crowding]
-        if not others:
-            return due  # no other tenant has an active schedule: nobody to wait
-        chosen: dict[str, Row] = {}
-        for tenant in others:
-            for r in rows(conn, _DUE_IN_TENANT, (tenant, until, cap)):
-                chosen[r[0]] = r
-        taken = Counter[str]()
-        for r in due:  # the crowding tenants' first `cap`, in due order
-            if r[3] in crowding and taken[r[3]] < cap:
-                chosen[r[0]] = r
-                taken[r[3]] += 1
-        for r in due:  # then what is left of the transaction, in due order
-            if len(chosen) >= limit:
-                break
-            chosen.setdefault(r[0], r)
-        selected = sorted(chosen.values(), key=lambda r: (r[4], r[0]))[:limit]
-        kept = Counter(r[3] for r in selected)
-        report.capped = {t: per_tenant[t] - kept[t] for t in crowding if per_tenant[t] > kept[t]}
-        report.truncated = True  # the crowding tenants have more due
-        return selected
+        def due_in(tenants: Sequence[str], n: int) -> list[Row]:
+            return [r for t in tenants for r in rows(conn, _DUE_IN_TENANT, (t, until, n))]
 
-    def next_due_at(self) -> int | None:
+        return fair_share(
+            due, limit, cap, report, lambda: [r[0] for r in rows(conn, _TENANTS)], due_in
+        )
+
+    def next_due_at(self, shard: tuple[int, int] | None = None) -> int | None:
+        _refuse_shards(shard)
         with storage_errors(self._pool.path):
             row = (
                 self._pool.get()

@@ -13,6 +13,17 @@ from typing import Any
 
 import apsw
 
+from engine.backends.fire_rows import (
+    CLEAR_CLAIM,
+    FIRE_COLUMNS,
+    FIRE_FROM,
+    OPEN,
+    claimable_clause,
+    fire_from_row,
+    settle_fire_sql,
+    settle_fire_values,
+    state_clause,
+)
 from engine.backends.sqlite.connection import (
     ConnectionPool,
     Row,
@@ -31,7 +42,6 @@ from engine.ports.fire_queue import (
     EnqueueReport,
     Fire,
     FireQuery,
-    FireState,
     HeartbeatReport,
     NewFire,
     Outcome,
@@ -39,73 +49,14 @@ from engine.ports.fire_queue import (
     SettleReport,
 )
 
-FIRE_COLUMNS = (
-    "f.run_id, f.tenant, f.schedule_id, r.schedule_name, r.slot_key, f.slot_at, r.kind, "
-    "f.command, f.payload, f.available_at, f.created_at, f.attempts, f.consecutive_failures, "
-    "f.reschedules, f.abandoned_count, f.last_abandoned_by, f.last_abandoned_at, "
-    "f.stale_ack_count, f.consumed_by, f.consumed_till, f.completed_at, f.discarded_at, "
-    "f.discard_reason, f.last_error, f.lease_token, f.requeued_at_attempt"
-)
-FIRE_FROM = "fire_queue f JOIN runs r ON r.id = f.run_id"
-_OPEN = "f.completed_at IS NULL AND f.discarded_at IS NULL"
-# Open, available now, and not under a live claim (an expired claim is up for grabs).
-_CLAIMABLE = (
-    f"{_OPEN} AND f.available_at <= :now AND (f.lease_token IS NULL OR f.consumed_till <= :now)"
-)
+_CLAIMABLE = claimable_clause(":now")
 _CANDIDATE_COLUMNS = (
     "f.run_id, f.schedule_id, r.kind, s.overlap, s.status, f.available_at "
     "FROM fire_queue f JOIN runs r ON r.id = f.run_id LEFT JOIN schedules s ON s.id = f.schedule_id"
 )
 _COMMANDS = "f.command IN (SELECT value FROM json_each(:commands))"
 _IDS = "(SELECT value FROM json_each(?))"
-_CLEAR_CLAIM = "lease_token = NULL, consumed_till = NULL, cancel_requested_at = NULL"
-
-
-def fire_from_row(r: Row) -> Fire:
-    return Fire(
-        run_id=r[0],
-        tenant=r[1],
-        schedule_id=r[2],
-        schedule_name=r[3],
-        slot_key=r[4],
-        slot_at=r[5],
-        kind=RunKind(r[6]),
-        command=r[7],
-        payload=json.loads(r[8]),
-        available_at=r[9],
-        created_at=r[10],
-        attempts=r[11],
-        consecutive_failures=r[12],
-        reschedules=r[13],
-        abandoned_count=r[14],
-        last_abandoned_by=r[15],
-        last_abandoned_at=r[16],
-        stale_ack_count=r[17],
-        consumed_by=r[18],
-        consumed_till=r[19],
-        completed_at=r[20],
-        discarded_at=r[21],
-        discard_reason=r[22],
-        last_error=r[23],
-        lease_token=r[24],
-        requeued_at_attempt=r[25],
-    )
-
-
-def _state_clause(state: FireState) -> str:
-    return {
-        FireState.DISCARDED: "f.discarded_at IS NOT NULL",
-        FireState.COMPLETED: "f.completed_at IS NOT NULL",
-        FireState.CLAIMED: f"{_OPEN} AND f.consumed_till > :now",
-        FireState.SCHEDULED: (
-            f"{_OPEN} AND (f.consumed_till IS NULL OR f.consumed_till <= :now) "
-            "AND f.available_at > :now"
-        ),
-        FireState.CLAIMABLE: (
-            f"{_OPEN} AND (f.consumed_till IS NULL OR f.consumed_till <= :now) "
-            "AND f.available_at <= :now"
-        ),
-    }[state]
+_SETTLE_FIRE = {outcome: settle_fire_sql(outcome, "?") for outcome in Outcome}
 
 
 class SqliteFireQueue:
@@ -288,7 +239,7 @@ class SqliteFireQueue:
         if not why:
             return
         conn.executemany(
-            f"UPDATE fire_queue SET completed_at = ?, {_CLEAR_CLAIM} WHERE run_id = ?",
+            f"UPDATE fire_queue SET completed_at = ?, {CLEAR_CLAIM} WHERE run_id = ?",
             [(now, rid) for rid in why],
         )
         conn.executemany(
@@ -362,7 +313,7 @@ class SqliteFireQueue:
                 continue
             held.discard(s.run_id)  # a second settlement of one fire in a batch is stale
             report.acked.append(s.run_id)
-            fire_updates.setdefault(s.outcome, []).append(_fire_values(s, now))
+            fire_updates.setdefault(s.outcome, []).append(settle_fire_values(s, now))
             finished = None if s.outcome is Outcome.RELEASE else (s.finished_at or now)
             run_updates.append(
                 (s.run_state.value, s.error, s.output, s.exit_code, finished, s.run_id)
@@ -450,7 +401,8 @@ class SqliteFireQueue:
             args["ids"] = json.dumps(list(query.run_ids))
         if query.states:
             ordered = sorted(query.states)
-            clauses.append("(" + " OR ".join(f"({_state_clause(s)})" for s in ordered) + ")")
+            either = " OR ".join(f"({state_clause(s, ':now')})" for s in ordered)
+            clauses.append(f"({either})")
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         sql = f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} {where} ORDER BY f.run_id LIMIT :limit"
         with storage_errors(self._pool.path):
@@ -470,7 +422,7 @@ class SqliteFireQueue:
             conn.execute(
                 f"UPDATE fire_queue SET available_at = ?, discarded_at = NULL, "
                 f"discard_reason = NULL, consecutive_failures = 0, "
-                f"requeued_at_attempt = attempts, {_CLEAR_CLAIM} WHERE run_id IN {_IDS}",
+                f"requeued_at_attempt = attempts, {CLEAR_CLAIM} WHERE run_id IN {_IDS}",
                 (at, ids),
             )
             conn.execute(
@@ -504,7 +456,7 @@ class SqliteFireQueue:
         return "WHERE " + " AND ".join(clauses), args
 
     def pending(self, limit: int = 100, tenant: str | None = None) -> list[Fire]:
-        sql = f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} WHERE {_OPEN}"
+        sql = f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} WHERE {OPEN}"
         args: tuple[Any, ...] = ()
         if tenant is not None:
             sql += " AND f.tenant = ?"
@@ -524,48 +476,16 @@ class SqliteFireQueue:
             return [r[0] for r in self._pool.get().execute(sql, (json.dumps(list(run_ids)),))]
 
     def next_available_at(self) -> int | None:
-        sql = f"SELECT min(f.available_at) FROM fire_queue f WHERE {_OPEN} AND f.available_at > ?"
+        sql = f"SELECT min(f.available_at) FROM fire_queue f WHERE {OPEN} AND f.available_at > ?"
         with storage_errors(self._pool.path):
             found = scalar(self._pool.get(), sql, (self._clock.now_ms(),))
         return None if found is None else int(found)
 
     def depth(self, tenant: str | None = None) -> int:
-        sql = f"SELECT count(*) FROM fire_queue f WHERE {_OPEN}"
+        sql = f"SELECT count(*) FROM fire_queue f WHERE {OPEN}"
         args: tuple[Any, ...] = ()
         if tenant is not None:
             sql += " AND f.tenant = ?"
             args = (tenant,)
         with storage_errors(self._pool.path):
             return int(scalar(self._pool.get(), sql, args))
-
-
-_SETTLE_FIRE = {
-    Outcome.COMPLETE: f"UPDATE fire_queue SET completed_at = ?, {_CLEAR_CLAIM} WHERE run_id = ?",
-    Outcome.DISCARD: (
-        f"UPDATE fire_queue SET discarded_at = ?, discard_reason = ?, last_error = ?, "
-        f"{_CLEAR_CLAIM} WHERE run_id = ?"
-    ),
-    Outcome.FAIL: (
-        "UPDATE fire_queue SET available_at = ?, last_error = ?, "
-        "consecutive_failures = consecutive_failures + 1, reschedules = 0, "
-        f"{_CLEAR_CLAIM} WHERE run_id = ?"
-    ),
-    Outcome.RESCHEDULE: (
-        "UPDATE fire_queue SET available_at = ?, reschedules = reschedules + 1, "
-        f"consecutive_failures = 0, {_CLEAR_CLAIM} WHERE run_id = ?"
-    ),
-    Outcome.RELEASE: f"UPDATE fire_queue SET {_CLEAR_CLAIM} WHERE run_id = ?",
-}
-
-
-def _fire_values(s: Settlement, now: int) -> tuple[Any, ...]:
-    """The parameters of _SETTLE_FIRE[s.outcome]."""
-    if s.outcome is Outcome.COMPLETE:
-        return (now, s.run_id)
-    if s.outcome is Outcome.DISCARD:
-        return (now, s.error, s.error, s.run_id)
-    if s.outcome is Outcome.FAIL:
-        return (s.available_at, s.error, s.run_id)
-    if s.outcome is Outcome.RESCHEDULE:
-        return (s.available_at, s.run_id)
-    return (s.run_id,)

@@ -73,6 +73,33 @@ class SqliteLease:
                 raise LeaseNotOwned(f"lease {key} is held by {row[2]}, not by this token")
             conn.execute("DELETE FROM leases WHERE key = ? AND token = ?", (key, token))
 
+    def mirror(self, lease: Lease) -> None:
+        """Write `lease` into the row as it is, whoever held it: an external lease (a Redis
+        key) has decided, and dispatch fences on this row."""
+        conn = self._pool.get()
+        with storage_errors(self._pool.path), write_tx(conn):
+            conn.execute(
+                "INSERT INTO leases (key, token, holder, acquired_at, renewed_at, expires_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET "
+                "token = excluded.token, holder = excluded.holder, "
+                "acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at, "
+                "expires_at = excluded.expires_at",
+                (
+                    lease.key,
+                    lease.token,
+                    lease.holder,
+                    lease.acquired_at,
+                    lease.renewed_at,
+                    lease.expires_at,
+                ),
+            )
+
+    def unmirror(self, key: str, token: str) -> None:
+        """Delete the row if `token` holds it (expired or not); anyone else's stays."""
+        conn = self._pool.get()
+        with storage_errors(self._pool.path), write_tx(conn):
+            conn.execute("DELETE FROM leases WHERE key = ? AND token = ?", (key, token))
+
     def current(self, key: str) -> Lease | None:
         conn = self._pool.get()
         with storage_errors(self._pool.path):

@@ -22,17 +22,18 @@ from typing import Any, cast
 import aiosqlite
 import apsw
 
-from engine.backends.sqlite.approvals import COLUMNS as APPROVAL_COLUMNS
-from engine.backends.sqlite.approvals import approval_from_row
-from engine.backends.sqlite.audit import CHAINS as AUDIT_CHAINS
-from engine.backends.sqlite.audit import COLUMNS as AUDIT_COLUMNS
-from engine.backends.sqlite.audit import entry_from_row as audit_entry_from_row
-from engine.backends.sqlite.codec import (
+from engine.backends.codec import (
     RUN_COLUMNS,
     SCHEDULE_COLUMNS,
     run_from_row,
     schedule_from_row,
 )
+from engine.backends.fire_rows import FIRE_COLUMNS, FIRE_FROM, fire_from_row
+from engine.backends.sqlite.approvals import COLUMNS as APPROVAL_COLUMNS
+from engine.backends.sqlite.approvals import approval_from_row
+from engine.backends.sqlite.audit import CHAINS as AUDIT_CHAINS
+from engine.backends.sqlite.audit import COLUMNS as AUDIT_COLUMNS
+from engine.backends.sqlite.audit import entry_from_row as audit_entry_from_row
 from engine.backends.sqlite.connection import (
     APPLICATION_ID,
     Row,
@@ -40,7 +41,6 @@ from engine.backends.sqlite.connection import (
     tenants_clause,
     translate,
 )
-from engine.backends.sqlite.fire_queue import FIRE_COLUMNS, FIRE_FROM, fire_from_row
 from engine.domain.access import (
     EVERY_TENANT,
     Grant,

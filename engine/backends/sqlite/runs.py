@@ -7,7 +7,7 @@ from typing import Any
 
 import apsw
 
-from engine.backends.sqlite.codec import RUN_COLUMNS, run_from_row
+from engine.backends.codec import RUN_COLUMNS, run_from_row
 from engine.backends.sqlite.connection import (
     ConnectionPool,
     first,

@@ -7,7 +7,7 @@ from typing import Any
 
 import apsw
 
-from engine.backends.sqlite.codec import SCHEDULE_COLUMNS, schedule_from_row, schedule_values
+from engine.backends.codec import SCHEDULE_COLUMNS, schedule_from_row, schedule_values
 from engine.backends.sqlite.connection import (
     ConnectionPool,
     first,
