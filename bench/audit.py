@@ -48,6 +48,7 @@ from bench._common import (
 )
 from bench.throughput import backlog_of_catch_up, backlog_of_schedules
 from engine import DaemonConfig, ManualClock, SchedulerDaemon, open_engine
+from engine.backends.sqlite import SqliteBackend
 from engine.backends.sqlite.audit import append_in
 from engine.backends.sqlite.connection import write_tx
 from engine.backends.sqlite.dispatch import fired
@@ -283,6 +284,7 @@ class Batches:
 def append_batches(db: Path, batches: int, keys: KeyRing) -> Batches:
     """`append_in` for `batches` batches of BATCH events, each in its own transaction."""
     engine = open_engine(db)
+    assert isinstance(engine.storage, SqliteBackend)
     conn = engine.storage.pool.get()
     spent, commits = [], []
     try:
@@ -302,6 +304,7 @@ def append_batches(db: Path, batches: int, keys: KeyRing) -> Batches:
 
 def profile_append_in(db: Path, keys: KeyRing) -> str:
     engine = open_engine(db)
+    assert isinstance(engine.storage, SqliteBackend)
     conn = engine.storage.pool.get()
     events = fire_events(BATCH)
     profiler = cProfile.Profile()

@@ -15,6 +15,8 @@ from engine import Engine, ManualClock, open_engine
 from engine.backends.sqlite import SqliteBackend
 from engine.domain.audit import KeyRing
 from engine.domain.timeutil import parse_instant
+from engine.ports.storage import Storage
+from tests.pg import fresh_schema
 
 # A Monday, midnight UTC: far from any DST transition.
 T0 = parse_instant("2026-01-05T00:00:00Z")
@@ -36,13 +38,21 @@ def engine(db_path: Path, clock: ManualClock) -> Iterator[Engine]:
         yield opened
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "postgres"])
 def storage(
     request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
-) -> Iterator[SqliteBackend]:
-    """Every backend, for the conformance suites (PostgreSQL joins with its issue), with an
-    audit key (dispatch audits every fire)."""
+) -> Iterator[Storage]:
+    """Every backend, for the conformance suites, with an audit key (dispatch audits every
+    fire). PostgreSQL: a schema of its own in the test database, dropped afterwards."""
     keys = KeyRing([b"conformance-suite-audit-key-0001"])
+    if request.param == "postgres":
+        from engine.backends.postgres import PostgresBackend  # noqa: PLC0415 - an extra
+
+        with fresh_schema() as url:
+            backend: Storage = PostgresBackend(url, clock, audit_keys=lambda: keys)
+            yield backend
+            backend.close()
+        return
     backend = SqliteBackend(tmp_path / f"{request.param}.db", clock, audit_keys=lambda: keys)
     yield backend
     backend.close()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from engine import Engine, RunKind, SchedulerDaemon
+from engine.backends.sqlite import SqliteBackend
+from engine.backends.sqlite.connection import ConnectionPool
 from engine.domain.timeutil import iso_local
 from engine.ports import RunQuery
 from engine.runtime.daemon import resolver_at
@@ -33,3 +35,9 @@ def fired_slots(engine: Engine, name: str, tz: str = "UTC") -> list[str]:
 def leads(daemon: SchedulerDaemon) -> bool:
     """Whether the daemon holds the lease (a call, so type narrowing does not stick)."""
     return daemon.leading
+
+
+def sqlite_pool(engine: Engine) -> ConnectionPool:
+    """The connection pool of an engine on a SQLite file (tests that read the file in SQL)."""
+    assert isinstance(engine.storage, SqliteBackend), "this test reads a SQLite file"
+    return engine.storage.pool

@@ -40,3 +40,8 @@ class Diagnostics(Protocol):
     def zones_in_use(self) -> list[str]:
         """The distinct time zones of stored schedules."""
         ...
+
+    def clock_skew_ms(self) -> int | None:
+        """The database server's clock minus this host's, in ms, measured (to within half a
+        round trip); None where the database has no clock of its own (SQLite)."""
+        ...

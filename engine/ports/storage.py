@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from engine.ports.approvals import ApprovalStore
 from engine.ports.audit import AuditLog
+from engine.ports.diagnostics import Diagnostics
 from engine.ports.dispatch import ChangeFeed, DispatchPort
 from engine.ports.fire_queue import FireQueue
 from engine.ports.lease import LeasePort
@@ -63,6 +64,10 @@ class Storage(Protocol):
 
     def describe(self) -> dict[str, Any]:
         """Facts about the store for operators (`vortos db info`)."""
+        ...
+
+    def diagnostics(self) -> Diagnostics:
+        """What the doctor reads about the store itself (reads only)."""
         ...
 
     def close(self) -> None: ...

@@ -170,10 +170,39 @@ def settlement_for(run_id: int, outcome: Outcome, state: RunState, at: int) -> S
 # --- the SQL underneath --------------------------------------------------------------------
 
 
-def sql_connection(storage: Storage) -> apsw.Connection:
-    """This thread's connection to a SQLite store (other backends add their case here)."""
-    from engine.backends.sqlite import SqliteBackend  # noqa: PLC0415 (one case per backend)
+class Refused(Exception):
+    """The store refused a statement (a constraint or trigger), whatever the backend."""
 
-    if not isinstance(storage, SqliteBackend):
-        pytest.skip("this check reads the store through SQLite")
-    return storage.pool.get()
+
+class SqlConnection:
+    """This thread's connection to the store's tables, for checks that go beneath the ports:
+    `?` placeholders on every backend, a refusal raised as Refused."""
+
+    def __init__(self, storage: Storage) -> None:
+        from engine.backends.postgres import PostgresBackend  # noqa: PLC0415 (one case each)
+        from engine.backends.sqlite import SqliteBackend  # noqa: PLC0415
+
+        self._postgres = isinstance(storage, PostgresBackend)
+        if isinstance(storage, PostgresBackend):
+            self._conn: Any = storage.pool.get()
+        elif isinstance(storage, SqliteBackend):
+            self._conn = storage.pool.get()
+        else:
+            pytest.skip(f"no SQL access to {type(storage).__name__} here")
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement (a RETURNING or SELECT gives its rows)."""
+        import psycopg  # noqa: PLC0415
+
+        try:
+            if self._postgres:
+                cursor = self._conn.execute(sql.replace("?", "%s"), args)
+                return list(cursor.fetchall()) if cursor.description else []
+            return list(self._conn.execute(sql, args))
+        except (apsw.ConstraintError, psycopg.errors.IntegrityError) as exc:
+            raise Refused(str(exc)) from exc
+
+
+def sql_connection(storage: Storage) -> SqlConnection:
+    """This thread's connection to the store's tables (see SqlConnection)."""
+    return SqlConnection(storage)

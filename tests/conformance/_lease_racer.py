@@ -1,9 +1,10 @@
 """A process that races others to acquire leases on a shared store (spawned by test_lease).
 
 Each racer opens its own backend on the store the test's `storage` fixture opened, with the
-system clock (the one clock every process on the host shares), and for each round waits on a
-barrier shared by all racers, acquires the round's key, waits again, and reports whether it won
-and which token it then sees holding the key.
+system clock (the one clock every process on the host shares), and over it its own lease driver
+(the row, an advisory-lock session, a Redis client); for each round it waits on a barrier
+shared by all racers, acquires the round's key, waits again, and reports whether it won and
+which token it then sees holding the key.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from engine.backends.lease_drivers import lease_driver
 from engine.domain.clock import SystemClock
 from engine.ports.storage import Storage
+from tests.pg import REDIS_URL
 
 RACE_TTL_MS = 10 * 60 * 1000  # far longer than any race takes: nothing expires mid-test
 BARRIER_TIMEOUT_S = 60.0
@@ -25,9 +28,13 @@ class StoreAddress:
 
     backend: str
     target: str
+    driver: str = "row"  # the lease driver each racer opens over its store
+    redis_prefix: str = "vortos:"
 
 
-def address_of(storage: Storage) -> StoreAddress | None:
+def address_of(
+    storage: Storage, driver: str = "row", redis_prefix: str = "vortos:"
+) -> StoreAddress | None:
     """The address of `storage`, or None for a backend this module cannot reopen yet.
 
     A new backend adds its case here and in `open_store`.
@@ -35,7 +42,10 @@ def address_of(storage: Storage) -> StoreAddress | None:
     from engine.backends.sqlite import SqliteBackend  # noqa: PLC0415 (one case per backend)
 
     if isinstance(storage, SqliteBackend):
-        return StoreAddress("sqlite", str(storage.path))
+        return StoreAddress("sqlite", str(storage.path), driver, redis_prefix)
+    url = getattr(storage, "url", None)
+    if type(storage).__name__ == "PostgresBackend" and isinstance(url, str):
+        return StoreAddress("postgres", url, driver, redis_prefix)
     return None
 
 
@@ -44,6 +54,10 @@ def open_store(address: StoreAddress) -> Storage:
         from engine.backends.sqlite import SqliteBackend  # noqa: PLC0415
 
         return SqliteBackend(address.target, SystemClock(), create=False)
+    if address.backend == "postgres":
+        from engine.backends.postgres import PostgresBackend  # noqa: PLC0415
+
+        return PostgresBackend(address.target, SystemClock())
     raise ValueError(f"no way to open backend {address.backend!r} in a racer process")
 
 
@@ -57,15 +71,26 @@ def race(
     """Report ("won", token, key, bool) and ("holder", token, key, token|None) per key."""
     try:
         store = open_store(address)
+        leases = None
         try:
+            leases = lease_driver(
+                address.driver,
+                store,
+                SystemClock(),
+                REDIS_URL,
+                redis_prefix=address.redis_prefix,
+            )
             for key in keys:
                 barrier.wait(BARRIER_TIMEOUT_S)
-                lease = store.leases.acquire(key, token, f"racer-{token}", RACE_TTL_MS)
+                lease = leases.acquire(key, token, f"racer-{token}", RACE_TTL_MS)
                 results.put(("won", token, key, lease is not None))
                 barrier.wait(BARRIER_TIMEOUT_S)
-                current = store.leases.current(key)
+                current = leases.current(key)
                 results.put(("holder", token, key, None if current is None else current.token))
         finally:
+            close = getattr(leases, "close", None) if leases is not store.leases else None
+            if close is not None:
+                close()
             store.close()
     except BaseException:  # reported to the test, which fails with it
         results.put(("error", token, "", traceback.format_exc()))

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import Any
 
-import apsw
 import pytest
 
 from engine import ManualClock, RunKind, RunState
@@ -32,6 +32,8 @@ from tests.conformance._builders import make_run, stored_schedule
 from tests.conformance._fire_builders import (
     TTL_MS,
     TTL_S,
+    Refused,
+    SqlConnection,
     claim,
     claimed_ids,
     complete,
@@ -983,18 +985,18 @@ def test_an_illegal_transition_written_in_sql_is_refused_by_the_store(storage: S
     settle_one(storage, claim(storage), complete(run_id))
     conn = sql_connection(storage)
 
-    with pytest.raises(apsw.Error, match="illegal run state transition"):
+    with pytest.raises(Refused, match="illegal run state transition"):
         conn.execute("UPDATE runs SET state = 'running' WHERE state = 'completed'")
 
     assert run_of(storage, run_id).state is RunState.COMPLETED
 
 
-def insert_run_in_state(conn: apsw.Connection, schedule: Schedule, at: int, state: RunState) -> int:
+def insert_run_in_state(conn: SqlConnection, schedule: Schedule, at: int, state: RunState) -> int:
     """A run put straight into `state` (the store checks updates of state, not inserts)."""
     new = make_run(schedule, at)
-    conn.execute(
+    inserted = conn.execute(
         "INSERT INTO runs (tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, "
-        "state, dispatched_at, node_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "state, dispatched_at, node_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (
             new.tenant,
             new.schedule_id,
@@ -1008,7 +1010,7 @@ def insert_run_in_state(conn: apsw.Connection, schedule: Schedule, at: int, stat
             new.node_id,
         ),
     )
-    return int(conn.last_insert_rowid())
+    return int(inserted[0][0])
 
 
 def test_the_stores_trigger_and_may_move_agree_on_every_pair_of_run_states(
@@ -1023,8 +1025,8 @@ def test_the_stores_trigger_and_may_move_agree_on_every_pair_of_run_states(
         run_id = insert_run_in_state(conn, schedule, slot(n), source)
         try:
             conn.execute("UPDATE runs SET state = ? WHERE id = ?", (target.value, run_id))
-        except apsw.ConstraintError as exc:
-            refusals.add(str(exc))
+        except Refused as exc:
+            refusals.add(str(exc).splitlines()[0])
             store_allows = False
         else:
             store_allows = True
@@ -1366,10 +1368,17 @@ CLAIMERS = 4
 
 
 def claim_until_empty(storage: Storage, consumer: str, barrier: threading.Barrier) -> list[Claim]:
-    """Claim in small batches until a claim comes back empty (on this thread's connection)."""
+    """Claim in small batches until a claim decides nothing (on this thread's connection).
+
+    A claim that only skipped or cancelled fires made progress too (the consumer claims again
+    at once after one): where consumers claim side by side, the fires one claim skips need
+    not come with any it takes."""
     barrier.wait(timeout=30)
     claims = []
-    while (taken := claim(storage, consumer, limit=7, ttl_ms=3_600_000)).fires:
+    while True:
+        taken = claim(storage, consumer, limit=7, ttl_ms=3_600_000)
+        if not (taken.fires or taken.skipped or taken.cancelled):
+            break
         claims.append(taken)
     return claims
 
@@ -1414,3 +1423,240 @@ def test_parallel_claimers_never_run_two_fires_of_a_skip_schedule_at_once(
     skipped = sum(len(c.skipped) for c in claims)
     assert running == Counter({s.id: 1 for s in schedules})
     assert skipped == 2 * len(schedules)
+
+
+def claimable_left(storage: Storage) -> int:
+    return len(
+        storage.fire_queue.read(FireQuery(states=frozenset({FireState.CLAIMABLE}), limit=10_000))
+    )
+
+
+def claim_until_drained(storage: Storage, consumer: str, barrier: threading.Barrier) -> list[Claim]:
+    """Claim in small batches until no fire is claimable. (A claim may come back empty while
+    other consumers hold every candidate; that is no sign the queue is drained.)"""
+    barrier.wait(timeout=30)
+    claims = []
+    while True:
+        taken = claim(storage, consumer, limit=7, ttl_ms=3_600_000)
+        if taken.fires:
+            claims.append(taken)
+        elif not claimable_left(storage):
+            return claims
+
+
+def test_parallel_claimers_over_many_schedules_claim_each_fire_exactly_once(
+    storage: Storage,
+) -> None:
+    schedules = [free_schedule(storage, f"free-{n}") for n in range(40)]
+    ids = storage.fire_queue.enqueue(
+        [new_fire(s, slot(k)) for k in range(5) for s in schedules], available_at=slot(0)
+    ).inserted
+    barrier = threading.Barrier(CLAIMERS)
+
+    with ThreadPoolExecutor(max_workers=CLAIMERS) as pool:
+        futures = [
+            pool.submit(claim_until_drained, storage, f"worker-{n}", barrier)
+            for n in range(CLAIMERS)
+        ]
+        claims = [c for future in futures for c in future.result(timeout=120)]
+
+    assert len(ids) == 200
+    assert Counter(rid for c in claims for rid in claimed_ids(c)) == Counter(ids)
+    holders = {(c.token, c.consumer) for c in claims}
+    for fire in storage.fire_queue.read(FireQuery(limit=1000)):
+        assert (fire.attempts, fire.abandoned_count) == (1, 0)
+        assert (fire.lease_token, fire.consumed_by) in holders  # the claim that took it
+        assert run_of(storage, fire.run_id).state is RunState.RUNNING
+
+
+def consume_until_done(
+    storage: Storage, consumer: str, barrier: threading.Barrier, order: list[list[int]]
+) -> None:
+    """Settle every fire taken as completed and claim again, in one call each round, until
+    the queue is empty. Each fire claimed is recorded in `order` with the fires of its
+    schedule claimed at that moment (itself, when it runs alone)."""
+    barrier.wait(timeout=30)
+    done: list[Settlement] = []
+    token = ""
+    while True:
+        _, taken = storage.fire_queue.settle_and_claim(
+            {token: done} if done else {}, consumer=consumer, ttl_ms=3_600_000, limit=3
+        )
+        for fire in taken.fires:
+            mates = storage.fire_queue.read(
+                FireQuery(schedule_id=fire.schedule_id, states=frozenset({FireState.CLAIMED}))
+            )
+            order.append([fire.run_id, *(m.run_id for m in mates if m.run_id != fire.run_id)])
+        token, done = taken.token, [complete(f.run_id) for f in taken.fires]
+        if not done and not storage.fire_queue.depth():
+            return
+
+
+def test_parallel_consumers_run_a_buffer_all_schedules_fires_one_at_a_time_in_order(
+    storage: Storage,
+) -> None:
+    schedules = [
+        stored_schedule(storage, f"queue-{n}", overlap=OverlapPolicy.BUFFER_ALL) for n in range(8)
+    ]
+    # Each schedule's fires, in slot order.
+    fires = {s.id: [enqueue(storage, s, slot(k)) for k in range(6)] for s in schedules}
+    order: list[list[int]] = []
+    barrier = threading.Barrier(CLAIMERS)
+
+    with ThreadPoolExecutor(max_workers=CLAIMERS) as pool:
+        futures = [
+            pool.submit(consume_until_done, storage, f"worker-{n}", barrier, order)
+            for n in range(CLAIMERS)
+        ]
+        for future in futures:
+            future.result(timeout=120)
+
+    assert [claimed for claimed in order if len(claimed) > 1] == []  # never two at once
+    for ids in fires.values():
+        assert [claimed[0] for claimed in order if claimed[0] in ids] == ids
+        assert {run_of(storage, rid).state for rid in ids} == {RunState.COMPLETED}
+        assert {run_of(storage, rid).attempts for rid in ids} == {1}
+
+
+def in_open_transaction(
+    storage: Storage, act: Callable[[], Claim], done: threading.Event, release: threading.Event
+) -> Claim:
+    """`act` inside a transaction left open (its changes uncommitted) until `release`."""
+    with storage.atomic():
+        taken = act()
+        done.set()
+        assert release.wait(timeout=30)
+    return taken
+
+
+def beside_an_open_claim(
+    storage: Storage,
+    *,
+    hold_s: float,
+    commands_a: set[str] | None = None,
+    commands_b: set[str] | None = None,
+) -> tuple[Claim, Claim, bool]:
+    """worker-a claims in a transaction left open; worker-b claims meanwhile; worker-a commits
+    once worker-b is done, or after `hold_s`. Both claims, and whether worker-b was done
+    before worker-a committed."""
+    claimed, release = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(
+            in_open_transaction,
+            storage,
+            lambda: storage.fire_queue.claim(
+                consumer="worker-a", ttl_ms=TTL_MS, limit=10, commands=commands_a
+            ),
+            claimed,
+            release,
+        )
+        assert claimed.wait(timeout=30)
+        second = pool.submit(
+            storage.fire_queue.claim,
+            consumer="worker-b",
+            ttl_ms=TTL_MS,
+            limit=30,
+            commands=commands_b,
+        )
+        # A store that runs one writer at a time (SQLite) finishes the second claim only
+        # after the first commits.
+        early = bool(wait([second], timeout=hold_s).done)
+        release.set()
+        return first.result(timeout=30), second.result(timeout=30), early
+
+
+def test_a_claim_beside_an_uncommitted_claim_takes_none_of_its_fires(storage: Storage) -> None:
+    ids = enqueue_slots(storage, free_schedule(storage), 30)
+
+    a, b, _ = beside_an_open_claim(storage, hold_s=1)
+
+    assert len(claimed_ids(a)) == 10
+    assert sorted(claimed_ids(a) + claimed_ids(b)) == ids
+    assert {fire_of(storage, rid).lease_token for rid in claimed_ids(a)} == {a.token}
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["same-commands", "split-commands"])
+def test_a_claim_beside_an_uncommitted_claim_never_sees_its_schedule_idle(
+    storage: Storage, clock: ManualClock, split: bool
+) -> None:
+    # Split: each consumer runs one command only, so worker-b never even reads worker-a's
+    # fire; only the schedule's own lock can tell it the schedule runs.
+    schedule = stored_schedule(storage, "job", overlap=OverlapPolicy.SKIP)
+    first = enqueue(storage, schedule, slot(0), command="alpha")
+    newer = enqueue(storage, schedule, slot(1), command="beta")
+
+    a, b, _ = beside_an_open_claim(
+        storage,
+        hold_s=1,
+        commands_a={"alpha"} if split else None,
+        commands_b={"beta"} if split else None,
+    )
+    after = claim(storage, "worker-c")
+
+    assert (claimed_ids(a), claimed_ids(b), claimed_ids(after)) == ([first], [], [])
+    assert {**a.skipped, **b.skipped, **after.skipped} == {newer: SKIPPED_OVERLAP}
+    assert_ended_unrun(storage, clock, newer, RunState.SKIPPED, SKIPPED_OVERLAP)
+
+
+def test_a_claim_never_waits_for_another_consumers_uncommitted_claim(storage: Storage) -> None:
+    from engine.backends.sqlite import SqliteBackend  # noqa: PLC0415 (one case per backend)
+
+    if isinstance(storage, SqliteBackend):
+        pytest.skip("SQLite runs one writer at a time: there a claim waits, by design")
+    free = enqueue_slots(storage, free_schedule(storage), 20)
+    # After the free ones: worker-a, at its limit, decides nothing about this schedule.
+    alone = enqueue(storage, stored_schedule(storage, "job", overlap=OverlapPolicy.SKIP), slot(30))
+
+    a, b, early = beside_an_open_claim(storage, hold_s=10)
+
+    assert early
+    assert (claimed_ids(a), claimed_ids(b)) == (free[:10], [*free[10:], alone])
+
+
+def beside_an_open_takeover(storage: Storage, late: Callable[[], Any]) -> tuple[Claim, Any]:
+    """worker-b takes over the expired claims in a transaction left open; `late` (the old
+    holder's call) starts meanwhile, and waits, on every backend, for the takeover's rows."""
+    done, release = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        takeover = pool.submit(
+            in_open_transaction, storage, lambda: claim(storage, "worker-b"), done, release
+        )
+        assert done.wait(timeout=30)
+        reply = pool.submit(late)
+        wait([reply], timeout=0.5)
+        release.set()
+        return takeover.result(timeout=30), reply.result(timeout=30)
+
+
+def test_a_settle_racing_an_uncommitted_takeover_is_stale_and_changes_nothing(
+    storage: Storage, clock: ManualClock
+) -> None:
+    run_id = enqueue(storage, free_schedule(storage), slot(1))
+    first = claim(storage, "worker-a")
+    clock.advance(TTL_S)
+
+    second, report = beside_an_open_takeover(
+        storage, lambda: storage.fire_queue.settle(first.token, "worker-a", [complete(run_id)])
+    )
+
+    assert claimed_ids(second) == [run_id]
+    assert (report.acked, report.stale) == ([], [run_id])
+    fire = fire_of(storage, run_id)
+    assert (fire.lease_token, fire.completed_at, fire.stale_ack_count) == (second.token, None, 1)
+    assert run_of(storage, run_id).state is RunState.RUNNING
+
+
+def test_a_heartbeat_racing_an_uncommitted_takeover_is_stale_and_extends_nothing(
+    storage: Storage, clock: ManualClock
+) -> None:
+    run_id = enqueue(storage, free_schedule(storage), slot(1))
+    first = claim(storage, "worker-a")
+    clock.advance(TTL_S)
+
+    second, report = beside_an_open_takeover(
+        storage, lambda: storage.fire_queue.heartbeat(first.token, 10 * TTL_MS, [run_id])
+    )
+
+    assert (report.extended, report.stale) == ([], [run_id])
+    fire = fire_of(storage, run_id)
+    assert (fire.lease_token, fire.consumed_till) == (second.token, second.claimed_till)

@@ -4,7 +4,10 @@ never the newest run, a run always with its fire)."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -56,6 +59,11 @@ def settled(
 def newest(storage: Storage, schedule: Schedule) -> int:
     """One more run, dispatched last: the ledger's newest, which is never offered."""
     return enqueue(storage, schedule, slot(999))
+
+
+def execute(storage: Storage, sql: str, *args: Any) -> None:
+    """One statement straight to the store's tables (`?` placeholders), outside the ports."""
+    sql_connection(storage).execute(sql, args)
 
 
 def by_id(ages: list[RunAge]) -> dict[int, RunAge]:
@@ -230,9 +238,9 @@ def test_a_run_without_a_finish_ages_from_its_dispatch(storage: Storage) -> None
     schedule = schedule_of(storage)
     run_id = settled(storage, schedule, 0)
     newest(storage, schedule)
-    conn = sql_connection(storage)  # an older ledger's row: terminal, no finish recorded
-    conn.execute(
-        "UPDATE runs SET finished_at = NULL, dispatched_at = 12345 WHERE id = ?", (run_id,)
+    # An older ledger's row: terminal, no finish recorded.
+    execute(
+        storage, "UPDATE runs SET finished_at = NULL, dispatched_at = 12345 WHERE id = ?", run_id
     )
 
     age = by_id(storage.retention.examine(0, 100))[run_id]
@@ -310,9 +318,9 @@ def test_delete_never_removes_a_terminal_run_whose_fire_is_open(storage: Storage
     schedule = schedule_of(storage)
     run_id = enqueue(storage, schedule, slot(0))
     newest(storage, schedule)
-    conn = sql_connection(storage)  # a ledger out of step with its queue: keep both
-    conn.execute("UPDATE runs SET state = 'running' WHERE id = ?", (run_id,))
-    conn.execute("UPDATE runs SET state = 'completed', finished_at = 1 WHERE id = ?", (run_id,))
+    # A ledger out of step with its queue: keep both.
+    execute(storage, "UPDATE runs SET state = 'running' WHERE id = ?", run_id)
+    execute(storage, "UPDATE runs SET state = 'completed', finished_at = 1 WHERE id = ?", run_id)
 
     assert by_id(storage.retention.examine(0, 10))[run_id].standing is RunStanding.OPEN
     assert storage.retention.delete([run_id]) == []
@@ -364,3 +372,33 @@ def test_delete_touches_only_the_runs_it_is_given(storage: Storage) -> None:
     storage.retention.delete(mine[:2])
 
     assert [r for r in mine + theirs if storage.runs.get(r) is not None] == [mine[2], *theirs]
+
+
+def test_a_delete_that_waits_for_a_requeue_judges_the_run_as_the_requeue_left_it(
+    storage: Storage,
+) -> None:
+    schedule = schedule_of(storage)
+    run_id = settled(storage, schedule, 0, state=RunState.DEAD_LETTERED)
+    newest(storage, schedule)
+    requeued, go_on = threading.Event(), threading.Event()
+
+    def requeue() -> None:
+        with storage.atomic():  # an operator's requeue, not yet committed
+            assert storage.fire_queue.requeue([run_id], at=T0) == 1
+            requeued.set()
+            go_on.wait(10)
+
+    removed: list[RunAge] = []
+    operator = threading.Thread(target=requeue)
+    sweeper = threading.Thread(target=lambda: removed.extend(storage.retention.delete([run_id])))
+    operator.start()
+    assert requeued.wait(10)
+    sweeper.start()
+    time.sleep(0.3)  # the sweeper's delete now waits for the requeue to finish
+    go_on.set()
+    operator.join(10)
+    sweeper.join(10)
+
+    assert removed == []
+    assert by_id(storage.retention.examine(0, 10))[run_id].standing is RunStanding.OPEN
+    assert storage.fire_queue.get(run_id) is not None

@@ -304,6 +304,36 @@ def test_duplicate_name_leaves_the_first_schedule_intact(storage: Storage) -> No
     assert storage.schedules.count("acme") == 1
 
 
+def test_a_refused_name_inside_a_transaction_leaves_the_transaction_usable(
+    storage: Storage,
+) -> None:
+    stored_schedule(storage, "hourly-sync", tenant="acme")
+
+    with storage.atomic():
+        with pytest.raises(DuplicateName):
+            stored_schedule(storage, "hourly-sync", tenant="acme", command="echo")
+        stored_schedule(storage, "nightly-sync", tenant="acme")
+
+    assert storage.schedules.find_by_name("acme", "nightly-sync") is not None
+    assert storage.schedules.count("acme") == 2
+
+
+def test_a_refused_rename_inside_a_transaction_leaves_the_transaction_usable(
+    storage: Storage,
+) -> None:
+    stored_schedule(storage, "hourly-sync", tenant="acme")
+    other = stored_schedule(storage, "nightly-sync", tenant="acme")
+
+    with storage.atomic():
+        with pytest.raises(DuplicateName):
+            storage.schedules.update(replace(other, name="hourly-sync"), expected_version=1)
+        storage.schedules.update(replace(other, jitter_ms=7), expected_version=1)
+
+    found = storage.schedules.get(other.id)
+    assert found is not None
+    assert (found.name, found.jitter_ms, found.version) == ("nightly-sync", 7, 2)
+
+
 def test_same_name_in_two_tenants_is_two_schedules(storage: Storage) -> None:
     acme = stored_schedule(storage, "hourly-sync", tenant="acme")
     globex = stored_schedule(storage, "hourly-sync", tenant="globex", command="echo")

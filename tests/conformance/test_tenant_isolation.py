@@ -32,12 +32,14 @@ from engine import (
 from engine.domain.access import PermissionDenied, Role
 from engine.domain.approvals import ApprovalState
 from engine.domain.audit import SYSTEM_CHAIN, tenant_chain
+from engine.domain.database import Database
 from engine.domain.timeutil import MINUTE_MS
 from engine.ports.fire_queue import FireQuery, FireState, Outcome, Settlement
 from engine.ports.read_model import FireListQuery, ReadModel, ScheduleListQuery
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from tests.conftest import T0
+from tests.pg import PG_AUDIT_KEY, fresh_schema
 
 T = TypeVar("T")
 TENANTS = ("acme", "globex")
@@ -53,7 +55,7 @@ class World:
     """The governed engine, and the ids of each tenant's rows."""
 
     engine: Engine
-    db: Path
+    db: Database
     clock: ManualClock
     schedule_ids: dict[str, str]
     run_ids: dict[str, int]  # a completed run
@@ -86,7 +88,7 @@ def _settle(engine: Engine, settlement: Settlement) -> None:
     assert not report.stale
 
 
-def _seed(db: Path, clock: ManualClock) -> Ids:
+def _seed(db: Database, clock: ManualClock) -> Ids:
     """Two tenants' rows, written by trusted code (no roles, no four-eyes)."""
     schedule_ids: dict[str, str] = {}
     run_ids: dict[str, int] = {}
@@ -126,11 +128,21 @@ def _seed(db: Path, clock: ManualClock) -> Ids:
     return schedule_ids, run_ids, dead_ids, {}
 
 
-@pytest.fixture(params=["sqlite"])
-def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
-    """Every backend (PostgreSQL joins with its issue)."""
+@pytest.fixture(params=["sqlite", "postgres"])
+def world(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[World]:
+    """Every backend. PostgreSQL: a schema of its own, the nodes' shared audit key."""
+    if request.param == "postgres":
+        monkeypatch.setenv("VORTOS_AUDIT_KEY", PG_AUDIT_KEY)
+        with fresh_schema() as url:
+            yield from _world(url)
+        return
+    yield from _world(tmp_path / f"{request.param}.db")
+
+
+def _world(db: Database) -> Iterator[World]:
     clock = ManualClock(T0)
-    db = tmp_path / f"{request.param}.db"
     schedule_ids, run_ids, dead_ids, approval_ids = _seed(db, clock)
     with open_engine(db, clock=clock, enforce=True) as engine:
         for tenant, asker in (("acme", "olga"), ("globex", "gus")):

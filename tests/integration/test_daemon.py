@@ -25,7 +25,7 @@ from engine.domain.timeutil import MINUTE_MS, SECOND_MS
 from engine.ports import RunQuery
 from engine.ports.lease import LEADER_LEASE
 from tests.conftest import T0
-from tests.helpers import fired_slots, leads, resolver_at, settle
+from tests.helpers import fired_slots, leads, resolver_at, settle, sqlite_pool
 
 
 def every_minute(
@@ -277,7 +277,7 @@ def test_an_unreadable_schedule_is_held_back_and_the_others_still_fire(
 ) -> None:
     every_minute(engine, "good")
     every_minute(engine, "broken")
-    conn = engine.storage.pool.get()
+    conn = sqlite_pool(engine).get()
     conn.execute("UPDATE schedules SET trigger_spec = '{\"cron\": 1}' WHERE name = 'broken'")
     daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
     settle(daemon)
@@ -297,7 +297,7 @@ def test_slots_already_in_the_ledger_are_skipped_and_the_new_ones_still_land(
         clock.set(T0 + minute * MINUTE_MS)
         settle(daemon)
     # A cursor put back, as after restoring a stale copy: 00:00-00:02 resolve again.
-    engine.storage.pool.get().execute(
+    sqlite_pool(engine).get().execute(
         "UPDATE schedules SET next_slot_at = ?, next_fire_at = ?", (T0, T0)
     )
     clock.set(T0 + 3 * MINUTE_MS)

@@ -12,7 +12,7 @@ from engine.backends.sqlite.dispatch import _DUE
 from engine.domain.timeutil import DAY_MS
 from engine.ports.lease import LEADER_LEASE
 from tests.conftest import T0
-from tests.helpers import resolver_at
+from tests.helpers import resolver_at, sqlite_pool
 
 DUE = 100
 FAR = T0 + 365 * DAY_MS
@@ -57,7 +57,7 @@ def dispatch_steps(db: Path, clock: ManualClock) -> tuple[int, int]:
     with open_engine(db, clock=clock) as engine:
         storage = engine.storage
         assert storage.leases.acquire(LEADER_LEASE, "t", "test", 60_000) is not None
-        conn = storage.pool.get()
+        conn = sqlite_pool(engine).get()
         ticks = [0]
 
         def count() -> bool:

@@ -1,13 +1,17 @@
-"""The console's read model on real SQLite files, with runs that real consumers settled.
+"""The console's read model on every backend (real SQLite files, a schema of its own in the
+real PostgreSQL server), with runs that real consumers settled.
 
 Every database here is built through the engine's own paths (the service, the daemon, the
 consumer, the fire queue), except the filler rows of the fire filter window, which are written
 in one statement because a hundred thousand runs through the service would take seconds.
+Tests of what only a file can suffer (moved, replaced by junk) run on SQLite; their PostgreSQL
+counterparts (a dropped session, a schema gone, a server not there) follow them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import shutil
 import threading
 import time
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import apsw
+import psycopg
 import pytest
 
 from engine import (
@@ -48,6 +53,8 @@ from engine import (
     open_read_model,
 )
 from engine.commands import StaticSchedule
+from engine.domain.audit import KeyRing
+from engine.domain.database import Database
 from engine.domain.run import TERMINAL_STATES
 from engine.domain.timeutil import HOUR_MS, MINUTE_MS
 from engine.ports import RunQuery
@@ -55,6 +62,7 @@ from engine.ports.fire_queue import Outcome, Settlement
 from engine.ports.read_model import FIRE_FILTER_WINDOW, RECENT_OUTCOMES
 from tests.conftest import T0
 from tests.helpers import leads, settle
+from tests.pg import PG_AUDIT_KEY, fresh_schema
 
 T = TypeVar("T")
 
@@ -102,20 +110,48 @@ def script(clock: ManualClock) -> Script:
     return Script(clock)
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+# For what only a SQLite file can suffer (or only SQLite's own tools can do to it).
+sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
+
+
 @pytest.fixture
-def engine(db_path: Path, clock: ManualClock, script: Script) -> Iterator[Engine]:
+def db(backend: str, db_path: Path) -> Iterator[Database]:
+    """The database: a SQLite file's path, or the URL of a new schema in the test server."""
+    if backend == "postgres":
+        with fresh_schema() as url:
+            yield url
+        return
+    yield db_path
+
+
+@pytest.fixture
+def engine(db: Database, clock: ManualClock, script: Script) -> Iterator[Engine]:
     commands: CommandRegistry = builtin_commands()
     commands.register("scripted", script.scripted)
     commands.register("ok", script.ok)
     commands.register("boom", script.boom)
-    with open_engine(db_path, clock=clock, commands=commands) as opened:
+    if isinstance(db, Path):
+        with open_engine(db, clock=clock, commands=commands) as opened:
+            yield opened
+        return
+    from engine.backends.postgres import PostgresBackend  # noqa: PLC0415 - an extra
+
+    keys = KeyRing([PG_AUDIT_KEY.encode()])
+    with Engine(PostgresBackend(db, clock, audit_keys=lambda: keys), clock, commands) as opened:
         yield opened
 
 
 @pytest.fixture
-def model(engine: Engine, db_path: Path) -> ReadModel:
-    """The read model of the engine's database (the engine fixture created the file)."""
-    return open_read_model(db_path)
+def model(engine: Engine, db: Database) -> Iterator[ReadModel]:
+    """The read model of the engine's database (the engine fixture created it)."""
+    opened = open_read_model(db)
+    yield opened
+    read(opened.close())
 
 
 @pytest.fixture
@@ -700,10 +736,20 @@ def test_fires_filter_by_schedule(engine: Engine, fired: list[Run], model: ReadM
     assert fire_ids(model, schedule_id=sid) == newest_first(fired, lambda r: r.schedule_id == sid)
 
 
-def bulk_runs(db_path: Path, schedule_id: str, name: str, count: int) -> None:
+def bulk_runs(db: Database, schedule_id: str, name: str, count: int) -> None:
     """`count` completed runs of one schedule in one statement (the service would need
     seconds for a hundred thousand): real rows in the real ledger, only written faster."""
-    conn = apsw.Connection(str(db_path))
+    if not isinstance(db, Path):
+        with psycopg.connect(db) as pg:
+            pg.execute(
+                "INSERT INTO runs (tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, "
+                "kind, state, dispatched_at, node_id, started_at, finished_at, attempts) "
+                "SELECT 'default', %s, %s, %s || '@' || i, %s + i * 1000, %s + i * 1000, "
+                "'backfill', 'completed', %s, 'bulk', %s, %s, 1 FROM generate_series(1, %s) AS i",
+                (schedule_id, name, schedule_id, T0, T0, T0, T0, T0 + 5, count),
+            )
+        return
+    conn = apsw.Connection(str(db))
     try:
         conn.set_busy_timeout(5000)
         conn.execute("BEGIN IMMEDIATE")
@@ -721,14 +767,14 @@ def bulk_runs(db_path: Path, schedule_id: str, name: str, count: int) -> None:
 
 
 def test_a_filtered_fires_query_looks_only_within_the_newest_window(
-    engine: Engine, clock: ManualClock, db_path: Path, model: ReadModel
+    engine: Engine, clock: ManualClock, db: Database, model: ReadModel
 ) -> None:
     create(engine, "old", tenant="legacy", paused=True)
     bulk_id = create(engine, "bulk", paused=True)
     old = [engine.service.trigger("old", tenant="legacy", actor="test").id for _ in range(3)]
     assert old == [1, 2, 3]
     # Runs 3 .. 100_002 are the newest FIRE_FILTER_WINDOW: run 3 is in, runs 1 and 2 are out.
-    bulk_runs(db_path, bulk_id, "bulk", FIRE_FILTER_WINDOW - 1)
+    bulk_runs(db, bulk_id, "bulk", FIRE_FILTER_WINDOW - 1)
     assert fire_ids(model, text="old") == [3]
     assert fire_ids(model, tenant="legacy") == [3]
     assert fire_ids(model, state=RunState.DISPATCHED) == [3]
@@ -936,8 +982,8 @@ def every_read(model: ReadModel) -> list[Callable[[], Coroutine[Any, Any, object
     ]
 
 
-def expect_storage_error(model: ReadModel, path: Path) -> list[str]:
-    """Every read fails with StorageError naming `path`; return the messages."""
+def expect_storage_error(model: ReadModel, path: Path | str) -> list[str]:
+    """Every read fails with StorageError naming `path` (or the URL); return the messages."""
     messages = []
     for call in every_read(model):
         with pytest.raises(StorageError) as caught:
@@ -947,6 +993,7 @@ def expect_storage_error(model: ReadModel, path: Path) -> list[str]:
     return messages
 
 
+@sqlite_only
 def test_reads_after_the_file_is_moved_away_fail_with_a_storage_error_naming_it(
     engine: Engine, db_path: Path, model: ReadModel
 ) -> None:
@@ -957,6 +1004,7 @@ def test_reads_after_the_file_is_moved_away_fail_with_a_storage_error_naming_it(
     assert all("moved or deleted" in m for m in messages)
 
 
+@sqlite_only
 def test_reads_succeed_again_once_the_file_is_back(
     engine: Engine, db_path: Path, model: ReadModel
 ) -> None:
@@ -970,6 +1018,7 @@ def test_reads_succeed_again_once_the_file_is_back(
     assert names(page.rows) == [("default", "kept")]
 
 
+@sqlite_only
 def test_reads_of_a_file_replaced_by_junk_fail_then_recover_when_it_is_restored(
     engine: Engine, db_path: Path, model: ReadModel
 ) -> None:
@@ -984,6 +1033,7 @@ def test_reads_of_a_file_replaced_by_junk_fail_then_recover_when_it_is_restored(
     assert read(model.overview(T0)).schedules == 1
 
 
+@sqlite_only
 def test_a_read_that_fails_to_open_leaves_no_worker_thread_to_fail_after_it(
     engine: Engine, db_path: Path, model: ReadModel
 ) -> None:
@@ -1059,9 +1109,142 @@ def test_opening_a_read_model_on_a_directory_or_a_non_sqlite_file_raises_storage
         open_read_model(junk)
 
 
+# On PostgreSQL: a session killed, a schema gone, a server not there.
+
+postgres_only = pytest.mark.parametrize("backend", ["postgres"])
+
+
+def with_application_name(url: str, name: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}application_name={name}"
+
+
+def sessions_named(url: str, name: str) -> list[int]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s ORDER BY pid", (name,)
+        ).fetchall()
+    return [int(r[0]) for r in found]
+
+
+def terminate(url: str, pids: list[int]) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for pid in pids:
+            conn.execute("SELECT pg_terminate_backend(%s, 5000)", (pid,))
+
+
+@postgres_only
+def test_a_postgres_read_model_recovers_after_its_connection_is_killed(
+    engine: Engine, db: Database, clock: ManualClock
+) -> None:
+    assert isinstance(db, str)
+    create(engine, "kept")
+    name = f"vortos-test-{secrets.token_hex(4)}"
+    model = open_read_model(with_application_name(db, name))
+    try:
+        assert read(model.overview(clock.now_ms())).schedules == 1
+        killed = sessions_named(db, name)
+        assert len(killed) == 1  # the read model keeps its session for the next call
+        terminate(db, killed)
+
+        # The next call notices the dead session and reads on a new one.
+        page = read(model.schedules(ScheduleListQuery()))
+        assert names(page.rows) == [("default", "kept")]
+        now = sessions_named(db, name)
+        assert len(now) == 1
+        assert now != killed
+        assert read(model.overview(clock.now_ms())).schedules == 1
+    finally:
+        read(model.close())
+    assert sessions_named(db, name) == []  # closing it closes its sessions
+
+
+@postgres_only
+def test_a_postgres_read_model_recovers_when_every_session_was_killed_mid_use(
+    engine: Engine, db: Database, clock: ManualClock
+) -> None:
+    assert isinstance(db, str)
+    create(engine, "kept")
+    name = f"vortos-test-{secrets.token_hex(4)}"
+    model = open_read_model(with_application_name(db, name))
+
+    async def several_at_once() -> list[int]:
+        found = await asyncio.gather(*(model.overview(clock.now_ms()) for _ in range(4)))
+        return [o.schedules for o in found]
+
+    try:
+        for _ in range(3):
+            assert read(several_at_once()) == [1, 1, 1, 1]
+            terminate(db, sessions_named(db, name))
+        assert read(several_at_once()) == [1, 1, 1, 1]
+    finally:
+        read(model.close())
+
+
+def schema_of(url: str) -> str:
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute("SELECT current_schema()").fetchone()
+    assert found is not None
+    return str(found[0])
+
+
+@postgres_only
+def test_reads_of_a_schema_gone_fail_then_recover_when_it_is_back(
+    engine: Engine, db: Database, model: ReadModel
+) -> None:
+    assert isinstance(db, str)
+    create(engine, "kept")
+    assert read(model.overview(T0)).schedules == 1
+    schema = schema_of(db)
+    with psycopg.connect(db, autocommit=True) as admin:
+        admin.execute(f"ALTER SCHEMA {schema} RENAME TO {schema}_moved")
+        try:
+            messages = expect_storage_error(model, db)
+            assert all("no Vortos schema" in m for m in messages)
+        finally:
+            admin.execute(f"ALTER SCHEMA {schema}_moved RENAME TO {schema}")
+    page = read(model.schedules(ScheduleListQuery()))
+    assert names(page.rows) == [("default", "kept")]
+
+
+def test_reads_of_a_postgres_server_that_is_not_there_fail_naming_it_without_its_password() -> None:
+    url = "postgresql://vortos:s3cret-pw@127.0.0.1:9/nowhere"  # port 9: discard, never open
+    model = open_read_model(url)
+    messages = expect_storage_error(model, "postgresql://vortos:***@127.0.0.1:9/nowhere")
+    assert all("cannot connect" in m and "s3cret-pw" not in m for m in messages)
+
+
+def foreign_schema(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE users (id BIGINT PRIMARY KEY, name TEXT)")
+
+
+@pytest.mark.parametrize("make", [None, foreign_schema], ids=["empty", "foreign"])
+def test_reading_a_postgres_schema_that_is_not_vortos_raises_storage_error_saying_so(
+    make: Callable[[str], None] | None,
+) -> None:
+    with fresh_schema(migrated=False) as url:
+        if make is not None:
+            make(url)
+        model = open_read_model(url)
+        try:
+            for message in expect_storage_error(model, url):
+                assert "no Vortos schema" in message
+                assert "vortos db migrate" in message
+        finally:
+            read(model.close())
+
+
+def test_opening_a_read_model_on_a_malformed_postgres_url_raises_storage_error() -> None:
+    with pytest.raises(StorageError, match="invalid PostgreSQL URL"):
+        open_read_model("postgresql://host:notaport/db")
+    with pytest.raises(StorageError, match="names no database"):
+        open_read_model("postgresql://127.0.0.1:5432")
+
+
 # -- 8. reads never write ---------------------------------------------------------------------
 
 
+@sqlite_only
 def test_reads_leave_the_database_file_byte_for_byte_unchanged(
     engine: Engine,
     clock: ManualClock,
@@ -1104,16 +1287,47 @@ def test_reads_leave_the_database_file_byte_for_byte_unchanged(
 # -- 9. reads beside a writer -----------------------------------------------------------------
 
 
+class Writer:
+    """A write transaction of another process's connection, left open until `commit`."""
+
+    def __init__(self, db: Database) -> None:
+        self._sqlite = apsw.Connection(str(db)) if isinstance(db, Path) else None
+        self._pg = None if isinstance(db, Path) else psycopg.connect(db)
+        if self._sqlite is not None:
+            self._sqlite.execute("BEGIN IMMEDIATE")
+
+    def execute(self, sql: str, args: tuple[Any, ...] = ()) -> None:
+        if self._sqlite is not None:
+            self._sqlite.execute(sql, args)
+        else:
+            assert self._pg is not None  # its transaction begins with the first statement
+            self._pg.execute(sql.replace("?", "%s"), args)
+
+    def commit(self) -> None:
+        if self._sqlite is not None:
+            self._sqlite.execute("COMMIT")
+        else:
+            assert self._pg is not None
+            self._pg.commit()
+
+    def close(self) -> None:
+        if self._sqlite is not None:
+            if not self._sqlite.get_autocommit():
+                self._sqlite.execute("ROLLBACK")
+            self._sqlite.close()
+        elif self._pg is not None:
+            self._pg.close()  # rolls back what was not committed
+
+
 def test_a_read_beside_an_open_write_transaction_neither_waits_nor_sees_it(
-    engine: Engine, clock: ManualClock, db_path: Path, model: ReadModel
+    engine: Engine, clock: ManualClock, db: Database, model: ReadModel
 ) -> None:
     sid = create(engine, "alpha", paused=True)
     create(engine, "beta")
     run_id = engine.service.trigger("alpha", actor="test").id
     before = read(model.overview(clock.now_ms()))
-    writer = apsw.Connection(str(db_path))
+    writer = Writer(db)
     try:
-        writer.execute("BEGIN IMMEDIATE")
         writer.execute(
             "INSERT INTO runs (tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, "
             "kind, state, dispatched_at, node_id) SELECT tenant, schedule_id, schedule_name, "
@@ -1136,10 +1350,8 @@ def test_a_read_beside_an_open_write_transaction_neither_waits_nor_sees_it(
         assert names(page.rows) == [("default", "alpha")]
         assert detail is not None
         assert [r.id for r in detail.runs] == [run_id]
-        writer.execute("COMMIT")
+        writer.commit()
     finally:
-        if not writer.get_autocommit():
-            writer.execute("ROLLBACK")
         writer.close()
     # Committed, the same read model sees it at its next call.
     assert len(read(model.fires(FireListQuery())).rows) == 2

@@ -21,6 +21,7 @@ from engine import Engine, IntervalTrigger, RunState, ScheduleSpec, open_engine
 from engine.backends.sqlite.connection import scalar
 from engine.domain.timeutil import DAY_MS
 from engine.retention import SWEEP_SCHEDULE, SWEEP_TENANT, RetentionSettings, retention_schedule
+from tests.helpers import sqlite_pool
 from tests.integration.processes import Daemon, wait_for
 
 OLD_RUNS = 1_000_000  # tenant acme, completed 40 days ago: every one goes
@@ -69,7 +70,7 @@ def fill(db: Path, old_at: int) -> None:
 
 
 def count(engine: Engine, sql: str, *args: object) -> int:
-    return int(scalar(engine.storage.pool.get(), sql, args))
+    return int(scalar(sqlite_pool(engine).get(), sql, args))
 
 
 def p99(values: list[int]) -> int:
@@ -128,7 +129,9 @@ def test_a_million_old_runs_are_pruned_while_dispatch_stays_on_time(tmp_path: Pa
         assert run.finished_at is not None
         lateness = [
             r[0]
-            for r in engine.storage.pool.get().execute(
+            for r in sqlite_pool(engine)
+            .get()
+            .execute(
                 "SELECT dispatched_at - due_at FROM runs WHERE tenant = 'live' "
                 "AND dispatched_at BETWEEN ? AND ?",
                 (run.started_at, run.finished_at),

@@ -1,0 +1,149 @@
+"""The PostgreSQL backend (psycopg 3, psycopg-pool): every port, on one schema of one database,
+shared by any number of hosts.
+
+Where SQLite serialises every write, here each store takes exactly the locks its guarantee
+needs: dispatch locks the lease row it fences on and the due schedules it advances; claims skip
+rows another consumer holds (FOR UPDATE SKIP LOCKED); appends to one audit chain queue on a
+transaction-scoped advisory lock of that chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from engine.backends.postgres.approvals import PostgresApprovalStore
+from engine.backends.postgres.audit import PostgresAuditLog
+from engine.backends.postgres.changes import PostgresChangeFeed
+from engine.backends.postgres.clock import DatabaseClock
+from engine.backends.postgres.connection import (
+    SCHEMA_VERSION,
+    PgPool,
+    check_schema,
+    migrate,
+    redact,
+    scalar,
+    schema_version,
+    storage_errors,
+    write_tx,
+)
+from engine.backends.postgres.diagnostics import PostgresDiagnostics
+from engine.backends.postgres.dispatch import PostgresDispatcher
+from engine.backends.postgres.fire_queue import PostgresFireQueue
+from engine.backends.postgres.lease import PostgresLease
+from engine.backends.postgres.operators import PostgresOperatorStore
+from engine.backends.postgres.retention import PostgresRetentionStore
+from engine.backends.postgres.runs import PostgresRunLedger
+from engine.backends.postgres.schedules import PostgresScheduleStore
+from engine.backends.sqlite.audit import KeySource
+from engine.domain.clock import Clock
+from engine.domain.database import is_postgres_url
+
+__all__ = ["PostgresBackend", "is_postgres_url", "migrate_database", "redact"]
+
+
+class PostgresBackend:
+    """Every port, on the PostgreSQL database at `url` (its search_path's first schema).
+
+    `clock` None: instants are the database server's (DatabaseClock), so every node judges
+    leases and claims on one clock. The schema must exist at this Vortos's version (`vortos
+    db migrate` creates or upgrades it); anything else is a StorageError naming the fix,
+    raised here, before any store is used.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock | None = None,
+        *,
+        readonly: bool = False,
+        audit_keys: KeySource | None = None,
+    ) -> None:
+        self.url = url
+        self.where = redact(url)
+        self.pool = PgPool(url, readonly=readonly)
+        self.readonly = readonly
+        try:
+            with storage_errors(self.where):
+                check_schema(self.pool.get(), self.where)
+        except BaseException:
+            self.pool.close()
+            raise
+        if clock is None:
+            try:
+                clock = DatabaseClock(self.pool)
+            except BaseException:
+                self.pool.close()
+                raise
+        self.clock: Clock = clock
+        self.leases = PostgresLease(self.pool, clock)
+        self.schedules = PostgresScheduleStore(self.pool)
+        self.runs = PostgresRunLedger(self.pool)
+        self.fire_queue = PostgresFireQueue(self.pool, clock)
+        self.changes = PostgresChangeFeed(self.pool)
+        self.audit = PostgresAuditLog(self.pool, clock, audit_keys)
+        self.dispatcher = PostgresDispatcher(self.pool, self.audit)
+        self.operators = PostgresOperatorStore(self.pool)
+        self.approvals = PostgresApprovalStore(self.pool)
+        self.retention = PostgresRetentionStore(self.pool)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """One transaction on this thread's connection for everything inside."""
+        conn = self.pool.get()
+        with storage_errors(self.where), write_tx(conn):
+            yield
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """Nothing to tune: the server checkpoints on its own."""
+        yield
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the database for `vortos db info`."""
+        conn = self.pool.get()
+        with storage_errors(self.where):
+
+            def one(sql: str) -> Any:
+                return scalar(conn, sql)
+
+            return {
+                "backend": "postgres",
+                "url": self.where,
+                "schema": one("SELECT current_schema()"),
+                "schema_version": schema_version(conn),
+                "supported_schema_version": SCHEMA_VERSION,
+                "server_version": one("SHOW server_version"),
+                "size_bytes": one(
+                    "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint "
+                    "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
+                ),
+                "schedules": one("SELECT count(*) FROM schedules"),
+                "active_schedules": one("SELECT count(*) FROM schedules WHERE status = 'active'"),
+                "runs": one("SELECT count(*) FROM runs"),
+                "fire_queue_open": one(
+                    "SELECT count(*) FROM fire_queue "
+                    "WHERE completed_at IS NULL AND discarded_at IS NULL"
+                ),
+            }
+
+    def diagnostics(self) -> PostgresDiagnostics:
+        """What the doctor reads about the database itself (the clock skew measured anew at
+        each ask, not the clock's last sample)."""
+        return PostgresDiagnostics(self.pool)
+
+    def close(self) -> None:
+        self.changes.close()  # its listener has a connection of its own
+        self.pool.close()
+
+
+def migrate_database(url: str) -> tuple[int | None, int]:
+    """Create or upgrade the Vortos schema at `url` (see connection.migrate)."""
+    pool = PgPool(url)
+    try:
+        with storage_errors(pool.where):
+            return migrate(pool.get(), pool.where)
+    finally:
+        pool.close()

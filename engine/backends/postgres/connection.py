@@ -1,0 +1,390 @@
+"""Connecting to PostgreSQL: database URLs, one pooled connection per thread, errors that say
+what to do, and the schema's version.
+
+The engine's stores are written like the SQLite ones: a thread takes "its" connection, reads in
+autocommit, and writes inside `write_tx`, which nests as a savepoint inside a transaction the
+thread already has open (the service's unit of work: a change and its audit entry together).
+The connections come from a psycopg-pool pool, checked out per thread; a connection that broke
+(the server restarted, an administrator ran pg_terminate_backend) is handed back to the pool,
+which discards it, and the thread's next call gets a fresh one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from engine.domain.errors import StorageError, VortosError
+
+try:  # the `postgres` extra
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError:  # pragma: no cover - exercised on machines without the extra
+    psycopg = None  # type: ignore[assignment]
+
+SCHEMA_VERSION = 1
+# Serialises `vortos db migrate` runs (and first-time creators) on one database.
+MIGRATE_LOCK = 0x566F7274  # "Vort"
+CONNECT_TIMEOUT_S = 10
+POOL_MAX = 16
+# A connection checked out by a thread is held while the thread lives; more threads than this
+# wait up to the timeout for one (a clear error, not a hang).
+POOL_TIMEOUT_S = 30.0
+MIGRATE_HINT = "run `vortos db migrate --db URL` to create or upgrade it"
+
+Row = tuple[Any, ...]
+
+
+def application_name() -> str:
+    """Who a server-side session belongs to, for operators reading pg_stat_activity (and tests
+    that cut one process's connections): host:pid, as the default node id."""
+    return f"vortos {socket.gethostname()}:{os.getpid()}"[:63]
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        return re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{netloc[0].split(':')[0]}:***@{netloc[1]}"))
+
+
+def require_driver() -> None:
+    if psycopg is None:
+        raise StorageError(
+            "PostgreSQL needs the `postgres` extra: pip install 'vortos[postgres]' "
+            "(psycopg 3 and psycopg-pool)"
+        )
+
+
+def schema_sql() -> str:
+    return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def translate(exc: Exception, where: str) -> StorageError:
+    """Turn psycopg's complaint into an operator's message."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, PoolTimeout):
+        return StorageError(
+            f"database {where}: no connection could be made within {POOL_TIMEOUT_S:.0f}s; "
+            "check that the server is up and reachable, and that it accepts this many clients"
+        )
+    if isinstance(exc, pg_errors.UndefinedTable):
+        return StorageError(f"database {where} has no Vortos schema ({text}); {MIGRATE_HINT}")
+    if isinstance(exc, pg_errors.InvalidCatalogName):
+        return StorageError(
+            f"database {where}: {text}; create it (createdb) or fix the database name in the URL"
+        )
+    if isinstance(exc, pg_errors.InvalidPassword | pg_errors.InvalidAuthorizationSpecification):
+        return StorageError(f"database {where}: {text}; fix the user or password in the URL")
+    if isinstance(exc, pg_errors.InsufficientPrivilege):
+        return StorageError(
+            f"database {where}: {text}; grant this role the privileges Vortos needs, or use "
+            "the role that ran `vortos db migrate`"
+        )
+    if isinstance(exc, pg_errors.ReadOnlySqlTransaction):
+        return StorageError(
+            f"database {where} is read-only here ({text}); point --db at the primary"
+        )
+    if isinstance(exc, psycopg.OperationalError):
+        return _connect_error(str(exc), where)
+    return StorageError(f"database {where}: {text}")
+
+
+def _connect_error(message: str, where: str) -> StorageError:
+    """libpq's connection failures carry no SQLSTATE: the remedy is chosen from the text."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    detail = lines[0] if lines else "connection failed"
+    for prefix in ("connection failed: ", "connection is bad: "):
+        detail = detail.removeprefix(prefix)
+    if "FATAL:" in detail:
+        detail = detail.split("FATAL:", 1)[1].strip()
+    lowered = detail.lower()
+    if "database" in lowered and "does not exist" in lowered:
+        remedy = "create it (createdb NAME) or fix the database name in the URL"
+    elif "role" in lowered and "does not exist" in lowered:
+        remedy = "fix the user in the URL, or create the role"
+    elif "password" in lowered or "authentication" in lowered:
+        remedy = "fix the user or password in the URL (or the server's pg_hba.conf)"
+    elif "translate host name" in lowered or "name or service not known" in lowered:
+        remedy = "fix the host name in the URL"
+    else:
+        remedy = (
+            "check the host and port in the URL, and that the server is running and accepts "
+            "connections from this host"
+        )
+    return StorageError(f"cannot connect to database {where}: {detail}; {remedy}")
+
+
+@contextmanager
+def storage_errors(where: str) -> Iterator[None]:
+    """Translate psycopg errors raised inside the block into StorageError."""
+    try:
+        yield
+    except VortosError:
+        raise
+    except psycopg.Error as exc:
+        raise translate(exc, where) from None
+    except PoolTimeout as exc:
+        raise translate(exc, where) from None
+
+
+def validate_url(url: str) -> None:
+    """Refuse a URL libpq would misread, before any connection is tried."""
+    try:
+        urlsplit(url).port  # noqa: B018 - a port that is not a number raises here
+        psycopg.conninfo.conninfo_to_dict(url)
+    except (psycopg.ProgrammingError, ValueError) as exc:
+        raise StorageError(
+            f"invalid PostgreSQL URL {redact(url)}: {exc}; the form is "
+            "postgresql://user[:password]@host[:port]/database[?options]"
+        ) from None
+    if not urlsplit(url).path.strip("/"):
+        raise StorageError(
+            f"invalid PostgreSQL URL {redact(url)}: it names no database; the form is "
+            "postgresql://user[:password]@host[:port]/database"
+        )
+
+
+class PgPool:
+    """One connection per thread from a psycopg-pool pool, opened lazily, replaced when broken."""
+
+    def __init__(self, url: str, *, readonly: bool = False, max_size: int = POOL_MAX) -> None:
+        require_driver()
+        validate_url(url)
+        self.url = url
+        self.where = redact(url)
+        self.readonly = readonly
+        self._local = threading.local()
+        self._probe()
+        self._pool: ConnectionPool[psycopg.Connection[Row]] = ConnectionPool(
+            url,
+            min_size=0,
+            max_size=max_size,
+            open=False,
+            timeout=POOL_TIMEOUT_S,
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "application_name": application_name(),
+            },
+            configure=self._configure,
+            name="vortos",
+        )
+        self._pool.open(wait=False)
+
+    def _configure(self, conn: psycopg.Connection[Row]) -> None:
+        conn.autocommit = True
+        if self.readonly:
+            # A reader (the CLI's reads, the doctor) cannot write even by mistake.
+            conn.execute("SET default_transaction_read_only = on")
+
+    def _probe(self) -> None:
+        """One direct connection first: a wrong host, database, user or password is reported
+        at once, with the server's reason, instead of as a pool timeout after retries."""
+        try:
+            psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S).close()
+        except psycopg.Error as exc:
+            raise translate(exc, self.where) from None
+
+    def get(self) -> psycopg.Connection[Row]:
+        """This thread's connection (a new one if it had none or its one broke)."""
+        conn: psycopg.Connection[Row] | None = getattr(self._local, "conn", None)
+        if conn is not None and (conn.broken or conn.closed):
+            self.release_current()
+            conn = None
+        if conn is None:
+            with storage_errors(self.where):
+                conn = self._pool.getconn()
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.rollback()  # a previous holder left it mid-transaction
+            self._local.conn = conn
+        return conn
+
+    def release_current(self) -> None:
+        """Give this thread's connection back (a thread that is about to end, or a broken one:
+        the pool discards a broken connection)."""
+        conn: psycopg.Connection[Row] | None = getattr(self._local, "conn", None)
+        if conn is None:
+            return
+        self._local.conn = None
+        try:
+            self._pool.putconn(conn)
+        except Exception:  # noqa: BLE001 - a pool already closed takes nothing back
+            conn.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Row]]:
+        """A connection of its own for the block (not this thread's), e.g. for LISTEN."""
+        with storage_errors(self.where), self._pool.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self._local = threading.local()
+        self._pool.close()
+
+
+@contextmanager
+def write_tx(conn: psycopg.Connection[Row]) -> Iterator[psycopg.Connection[Row]]:
+    """A transaction (READ COMMITTED), committed at the end of the block and rolled back on any
+    exception; inside one already open on this connection, a savepoint of it, so the outer
+    one decides whether everything lands."""
+    with conn.transaction():
+        yield conn
+
+
+def rows(
+    conn: psycopg.Connection[Row], sql: str, args: tuple[Any, ...] | list[Any] = ()
+) -> list[Row]:
+    return conn.execute(sql, args).fetchall()
+
+
+def first(
+    conn: psycopg.Connection[Row], sql: str, args: tuple[Any, ...] | list[Any] = ()
+) -> Row | None:
+    return conn.execute(sql, args).fetchone()
+
+
+def scalar(conn: psycopg.Connection[Row], sql: str, args: tuple[Any, ...] | list[Any] = ()) -> Any:
+    row = first(conn, sql, args)
+    return None if row is None else row[0]
+
+
+def tenants_clause(column: str, tenants: frozenset[str] | None) -> tuple[str | None, list[Any]]:
+    """The SQL condition keeping only rows of `tenants` (None: every tenant, no condition)."""
+    if tenants is None:
+        return None, []
+    if not tenants:
+        return "false", []  # a scope with no tenant sees nothing
+    return f"{column} = ANY(%s)", [sorted(tenants)]
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit key for pg_advisory_*lock from a name (not hashtext, whose
+    values may change between server versions)."""
+    return int.from_bytes(
+        hashlib.blake2b(name.encode(), digest_size=8).digest(), "big", signed=True
+    )
+
+
+# --- the schema ------------------------------------------------------------------------------
+
+_IDENT = re.compile(r"^[a-z_][a-z0-9_$]*$")
+
+
+def schema_version(conn: psycopg.Connection[Row]) -> int | None:
+    """The version recorded in vortos_meta of the connection's current schema, or None when the
+    schema holds no Vortos tables."""
+    exists = scalar(
+        conn,
+        "SELECT count(*) FROM information_schema.tables "
+        "WHERE table_schema = current_schema() AND table_name = 'vortos_meta'",
+    )
+    if not exists:
+        return None
+    value = scalar(conn, "SELECT value FROM vortos_meta WHERE key = 'schema_version'")
+    return None if value is None else int(value)
+
+
+def check_schema(conn: psycopg.Connection[Row], where: str) -> None:
+    """Refuse a database whose schema is missing, older or newer than this Vortos's."""
+    current = scalar(conn, "SELECT current_schema()")
+    if current is None:
+        raise StorageError(
+            f"database {where}: no schema of the search_path exists; create it "
+            "(CREATE SCHEMA ...) or fix search_path, then run `vortos db migrate`"
+        )
+    version = schema_version(conn)
+    if version is None:
+        raise StorageError(
+            f"database {where} (schema {current}) has no Vortos schema; {MIGRATE_HINT}"
+        )
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"database {where}: its Vortos schema (version {version}) is newer than this Vortos "
+            f"understands ({SCHEMA_VERSION}); upgrade vortos"
+        )
+    if version < SCHEMA_VERSION:
+        raise StorageError(
+            f"database {where}: its Vortos schema is version {version}, this Vortos needs "
+            f"{SCHEMA_VERSION}; {MIGRATE_HINT}"
+        )
+
+
+def migrate(conn: psycopg.Connection[Row], where: str) -> tuple[int | None, int]:
+    """Create the schema, or upgrade it to SCHEMA_VERSION, in one transaction serialised with
+    any other migrator. Returns (version before, version after); before is None when created.
+    A schema that holds tables of another application is refused, untouched."""
+    from engine.backends.postgres.migrations import MIGRATIONS  # noqa: PLC0415
+
+    with write_tx(conn):
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
+        current = scalar(conn, "SELECT current_schema()")
+        if current is None:
+            raise StorageError(
+                f"database {where}: no schema of the search_path exists; create it "
+                "(CREATE SCHEMA ...) or fix search_path"
+            )
+        version = schema_version(conn)
+        if version is None:
+            others = [
+                r[0]
+                for r in rows(
+                    conn,
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = current_schema() ORDER BY table_name LIMIT 5",
+                )
+            ]
+            if others:
+                raise StorageError(
+                    f"database {where}: schema {current} holds other tables "
+                    f"({', '.join(others)}) and no Vortos schema; Vortos will not touch it: "
+                    "use another schema (options=-csearch_path=NAME in the URL) or database"
+                )
+            conn.execute(schema_sql())
+            _stamp(conn, SCHEMA_VERSION)
+            return None, SCHEMA_VERSION
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"database {where}: its Vortos schema (version {version}) is newer than this "
+                f"Vortos understands ({SCHEMA_VERSION}); upgrade vortos"
+            )
+        missing = [v for v in range(version + 1, SCHEMA_VERSION + 1) if v not in MIGRATIONS]
+        if missing:
+            raise StorageError(
+                f"no upgrade path from schema version {version} to {SCHEMA_VERSION} "
+                f"(missing {missing}); restore a backup"
+            )
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            conn.execute(MIGRATIONS[step])
+        _stamp(conn, SCHEMA_VERSION)
+        return version, SCHEMA_VERSION
+
+
+def _stamp(conn: psycopg.Connection[Row], version: int) -> None:
+    conn.execute(
+        "INSERT INTO vortos_meta (key, value) VALUES ('schema_version', %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (str(version),),
+    )
+
+
+def quote_ident(name: str) -> str:
+    """A schema name for DDL, refused unless it is a plain lower-case identifier."""
+    if not _IDENT.match(name):
+        raise StorageError(f"invalid schema name {name!r}: use lower-case letters, digits and _")
+    return f'"{name}"'

@@ -1,0 +1,267 @@
+"""Atomic, fenced dispatch of due slots on PostgreSQL: the engine's hot path.
+
+One transaction per batch, in a fixed number of round trips whatever the number of fires:
+the lease check, the due scan, the definitions not cached, one statement writing every run,
+fire and cursor move, and the audit entries (see audit.append_in).
+
+Nothing serialises writers globally here, so the transaction takes the locks its guarantee
+needs:
+- the lease row FOR SHARE: an acquirer's update of the row waits for this transaction to end,
+  so the lease cannot change hands between the check and the commit (fencing);
+- the due schedules FOR UPDATE SKIP LOCKED: a row an operator is changing is left for the next
+  transaction instead of waited on, and the rows locked are re-read as they are now;
+- the runs' unique slot key: a slot dispatched before (a crash after commit, a stale cursor,
+  another leader's transaction) inserts nothing and counts as already dispatched.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from engine.backends.codec import SCHEDULE_COLUMNS, schedule_from_row
+from engine.backends.fairness import fair_share
+from engine.backends.postgres.audit import PostgresAuditLog, append_in
+from engine.backends.postgres.connection import (
+    PgPool,
+    Row,
+    first,
+    rows,
+    storage_errors,
+    write_tx,
+)
+from engine.backends.sqlite.dispatch import Advance, Planned, check_shard, fired, plan_due
+from engine.domain.errors import LeaseExpired, LeaseNotOwned, VortosError
+from engine.domain.schedule import Schedule, canonical_json
+from engine.ports.dispatch import DispatchReport, Resolver
+
+if TYPE_CHECKING:
+    import psycopg
+
+# The transaction's own cursor moves wake nobody (see the schema's notify trigger): only the
+# leader acts on them. Set in the statement that checks the lease, to save a round trip.
+_FENCE = (
+    "SELECT set_config('vortos.quiet', 'on', true), token, expires_at "
+    "FROM leases WHERE key = %s FOR SHARE"
+)
+_ACTIVE = "status = 'active' AND next_fire_at IS NOT NULL"
+_DUE_COLUMNS = "id, version, next_slot_at, tenant, next_fire_at"
+_SHARD = " AND mod(shard_key, %(count)s) = %(index)s"
+_DUE = (
+    f"SELECT {_DUE_COLUMNS} FROM schedules WHERE {_ACTIVE} AND next_fire_at <= %(until)s"
+    "{shard} ORDER BY next_fire_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
+)
+# The tenants with any active schedule, one index seek each (a skip scan), not a table scan.
+_TENANTS = (
+    "WITH RECURSIVE t(name) AS ("
+    f"SELECT (SELECT min(tenant) FROM schedules WHERE {_ACTIVE}) "
+    f"UNION ALL SELECT (SELECT min(tenant) FROM schedules WHERE {_ACTIVE} AND tenant > t.name) "
+    "FROM t WHERE t.name IS NOT NULL) SELECT name FROM t WHERE name IS NOT NULL"
+)
+# Up to n due schedules of each tenant, through `schedules_due_by_tenant`.
+_DUE_IN_TENANTS = (
+    "SELECT d.* FROM unnest(%(tenants)b::text[]) AS t(name) CROSS JOIN LATERAL ("
+    f"SELECT {_DUE_COLUMNS} FROM schedules WHERE {_ACTIVE} AND tenant = t.name "
+    "AND next_fire_at <= %(until)s{shard} ORDER BY next_fire_at LIMIT %(n)s "
+    "FOR UPDATE SKIP LOCKED) AS d"
+)
+_DEFINITIONS = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ANY(%b::text[])"
+# Every run, fire and cursor move of the transaction in one statement. A run whose slot key is
+# taken is not inserted, so it returns no id and gets no fire. The fire queue's key refers to
+# runs inserted by the same statement: its check runs at the statement's end. Arrays go in
+# binary (%b): psycopg writes a long list as text several times slower than this runs.
+_WRITE = (
+    "WITH planned AS (SELECT * FROM unnest(%(tenant)b::text[], %(schedule_id)b::text[], "
+    "%(schedule_name)b::text[], %(slot_key)b::text[], %(slot_at)b::bigint[], "
+    "%(due_at)b::bigint[], %(command)b::text[], %(payload)b::text[]) "
+    "AS p(tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, command, payload)), "
+    "landed AS (INSERT INTO runs (tenant, schedule_id, schedule_name, slot_key, slot_at, "
+    "due_at, kind, state, dispatched_at, node_id) SELECT tenant, schedule_id, schedule_name, "
+    "slot_key, slot_at, due_at, 'scheduled', 'dispatched', %(now)s, %(node)s FROM planned "
+    "ON CONFLICT (slot_at, slot_key, tenant) DO NOTHING RETURNING id, tenant, slot_at, slot_key), "
+    "queued AS (INSERT INTO fire_queue (run_id, tenant, schedule_id, slot_at, command, payload, "
+    "available_at, created_at) SELECT l.id, p.tenant, p.schedule_id, p.slot_at, p.command, "
+    "p.payload, p.due_at, %(now)s FROM landed AS l JOIN planned AS p "
+    "USING (tenant, slot_at, slot_key)), "
+    "moved AS (UPDATE schedules AS s SET next_slot_at = m.next_slot_at, "
+    "next_fire_at = m.next_fire_at FROM unnest(%(moved_id)b::text[], "
+    "%(next_slot_at)b::bigint[], %(next_fire_at)b::bigint[]) "
+    "AS m(id, next_slot_at, next_fire_at) WHERE s.id = m.id) "
+    "SELECT id, tenant, slot_key FROM landed"
+)
+# Decoded definitions of recently due schedules. Bounded: the daemon must not hold every
+# schedule in memory when a million are stored.
+_CACHE_SIZE = 50_000
+
+
+def _shard_args(shard: tuple[int, int] | None) -> tuple[str, dict[str, int]]:
+    """The due scan's shard condition and its arguments (none when not sharded)."""
+    check_shard(shard)
+    if shard is None or shard[1] == 1:
+        return "", {}
+    return _SHARD, {"index": shard[0], "count": shard[1]}
+
+
+def _rows(conn: psycopg.Connection[Row], sql: str, args: Mapping[str, Any]) -> list[Row]:
+    """Rows of a query with named arguments."""
+    return conn.execute(sql, args).fetchall()
+
+
+class PostgresDispatcher:
+    def __init__(self, pool: PgPool, audit: PostgresAuditLog) -> None:
+        self._pool = pool
+        self._audit = audit
+        self._definitions: OrderedDict[str, tuple[int, Schedule, str]] = OrderedDict()
+
+    def dispatch_due(
+        self,
+        *,
+        lease_key: str,
+        token: str,
+        node_id: str,
+        now_ms: int,
+        limit: int,
+        resolve: Resolver,
+        until_ms: int | None = None,
+        tenant_cap: int | None = None,
+        shard: tuple[int, int] | None = None,
+    ) -> DispatchReport:
+        sharded, shard_args = _shard_args(shard)
+        keys = self._audit.keys()  # before any lock is taken: it may have to be loaded
+        conn = self._pool.get()
+        report = DispatchReport()
+        with storage_errors(self._pool.where), write_tx(conn):
+            lease = first(conn, _FENCE, (lease_key,))
+            if lease is None or lease[1] != token:
+                raise LeaseNotOwned(f"lease {lease_key} is not held by this node")
+            if lease[2] <= now_ms:
+                raise LeaseExpired(f"lease {lease_key} expired before dispatch")
+            until = now_ms if until_ms is None else until_ms
+            due = _rows(
+                conn, _DUE.format(shard=sharded), {"until": until, "limit": limit, **shard_args}
+            )
+            if tenant_cap:
+                due = self._fair(conn, due, until, limit, tenant_cap, report, shard)
+            if not due:
+                return report
+            self._load_definitions(conn, due)
+            plans, moves = plan_due(due, self._definition, resolve, now_ms, node_id, limit, report)
+            landed = self._write(conn, plans, moves, now_ms, node_id)
+            runs = [
+                fire._replace(run_id=landed[(fire.tenant, fire.slot_key)])
+                for fire in (plan[0] for plan in plans)
+                if (fire.tenant, fire.slot_key) in landed
+            ]
+            report.already_dispatched = len(plans) - len(runs)
+            # Each fire's audit entry commits with it: no fire without its record.
+            append_in(conn, [fired(run) for run in runs], now_ms, keys)
+        report.dispatched = runs
+        return report
+
+    @staticmethod
+    def _write(
+        conn: psycopg.Connection[Row],
+        plans: Sequence[Planned],
+        moves: Sequence[Advance],
+        now_ms: int,
+        node_id: str,
+    ) -> dict[tuple[str, str], int]:
+        """Write the runs, fires and cursor moves; the new run ids by (tenant, slot key)."""
+        fires = [plan[0] for plan in plans]
+        landed = _rows(
+            conn,
+            _WRITE,
+            {
+                "tenant": [f.tenant for f in fires],
+                "schedule_id": [f.schedule_id for f in fires],
+                "schedule_name": [f.schedule_name for f in fires],
+                "slot_key": [f.slot_key for f in fires],
+                "slot_at": [f.slot_at for f in fires],
+                "due_at": [f.due_at for f in fires],
+                "command": [plan[1] for plan in plans],
+                "payload": [plan[2] for plan in plans],
+                "now": now_ms,
+                "node": node_id,
+                "next_slot_at": [m[0] for m in moves],
+                "next_fire_at": [m[1] for m in moves],
+                "moved_id": [m[2] for m in moves],
+            },
+        )
+        return {(tenant, key): int(run_id) for run_id, tenant, key in landed}
+
+    @staticmethod
+    def _fair(
+        conn: psycopg.Connection[Row],
+        due: list[Row],
+        until: int,
+        limit: int,
+        cap: int,
+        report: DispatchReport,
+        shard: tuple[int, int] | None,
+    ) -> list[Row]:
+        """The due schedules of this transaction, at most `cap` per tenant while another
+        tenant has schedules due (see engine.backends.fairness)."""
+        sharded, shard_args = _shard_args(shard)
+
+        def due_in(tenants: Sequence[str], n: int) -> list[Row]:
+            return _rows(
+                conn,
+                _DUE_IN_TENANTS.format(shard=sharded),
+                {"tenants": list(tenants), "until": until, "n": n, **shard_args},
+            )
+
+        return fair_share(
+            due, limit, cap, report, lambda: [r[0] for r in rows(conn, _TENANTS)], due_in
+        )
+
+    def next_due_at(self, shard: tuple[int, int] | None = None) -> int | None:
+        sharded, shard_args = _shard_args(shard)
+        with storage_errors(self._pool.where):
+            found = _rows(
+                self._pool.get(),
+                f"SELECT min(next_fire_at) FROM schedules WHERE {_ACTIVE}{sharded}",
+                shard_args,
+            )
+        return None if found[0][0] is None else int(found[0][0])
+
+    def _load_definitions(self, conn: psycopg.Connection[Row], due: list[Row]) -> None:
+        """Read, in one statement, the definitions of the due schedules not cached at their
+        current version (the rows are locked by this transaction: they are as scanned)."""
+        missing = [
+            r[0]
+            for r in due
+            if (cached := self._definitions.get(r[0])) is None or cached[0] != r[1]
+        ]
+        if not missing:
+            return
+        for row in rows(conn, _DEFINITIONS, (missing,)):
+            try:
+                schedule = schedule_from_row(row)
+            except VortosError:
+                self._definitions.pop(row[0], None)  # _definition reads it again and says why
+                continue
+            self._remember(schedule, canonical_json(dict(schedule.payload)))
+
+    def _remember(self, schedule: Schedule, payload: str) -> None:
+        self._definitions[schedule.id] = (schedule.version, schedule, payload)
+        self._definitions.move_to_end(schedule.id)
+        if len(self._definitions) > _CACHE_SIZE:
+            self._definitions.popitem(last=False)
+
+    def _definition(self, schedule_id: str, version: int) -> tuple[Schedule, str]:
+        cached = self._definitions.get(schedule_id)
+        if cached is not None and cached[0] == version:
+            self._definitions.move_to_end(schedule_id)
+            return cached[1], cached[2]
+        # Not loaded (undecodable, or evicted by a batch larger than the cache): read it alone.
+        row = first(
+            self._pool.get(),
+            f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = %s",
+            (schedule_id,),
+        )
+        assert row is not None
+        schedule = schedule_from_row(row)
+        payload = canonical_json(dict(schedule.payload))
+        self._remember(schedule, payload)
+        return schedule, payload

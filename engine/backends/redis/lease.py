@@ -1,0 +1,264 @@
+"""The lease as a Redis key, mirrored into the database's lease row.
+
+The key is taken with `SET NX PX`; its value carries the token, the holder and the instants of
+the injected clock, on which expiry is judged (as the row lease judges it). PX, on Redis's own
+clock, only reclaims the key of a holder that vanished. Taking over an expired key, renewing
+and releasing compare the stored token and expiry in Lua scripts, so each is one atomic step.
+
+Dispatch fences on the row, not on the key, so every change of holder is written there too:
+acquire overwrites the row, renew extends it only while it still names this token, and release
+deletes it only if it does. A deposed holder's late write can therefore never put its token
+back into the row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
+
+from engine.domain.clock import Clock
+from engine.domain.errors import LeaseError, LeaseExpired, LeaseNotOwned, StorageError
+from engine.ports.lease import Lease, LeasePort
+
+if TYPE_CHECKING:
+    import redis
+    from redis.commands.core import Script
+
+CONNECT_TIMEOUT_S = 5.0
+# A command that gets no answer in this time fails (a daemon retries; it must not hang).
+COMMAND_TIMEOUT_S = 5.0
+
+# ARGV: token, now, holder, expires_at, ttl_ms. The holding token keeps its acquired_at.
+_ACQUIRE = """
+local stored = redis.call('GET', KEYS[1])
+local now = tonumber(ARGV[2])
+local acquired = ARGV[2]
+if stored then
+  local lease = cjson.decode(stored)
+  local live = tonumber(lease.expires_at) > now
+  if live and lease.token ~= ARGV[1] then return false end
+  if live then acquired = lease.acquired_at end
+end
+local value = cjson.encode({token = ARGV[1], holder = ARGV[3], acquired_at = acquired,
+                            renewed_at = ARGV[2], expires_at = ARGV[4]})
+redis.call('SET', KEYS[1], value, 'PX', ARGV[5])
+return value
+"""
+
+# ARGV: token, now, expires_at, ttl_ms.
+_RENEW = """
+local stored = redis.call('GET', KEYS[1])
+if not stored then return {'free'} end
+local lease = cjson.decode(stored)
+if lease.token ~= ARGV[1] then return {'other', stored} end
+if tonumber(lease.expires_at) <= tonumber(ARGV[2]) then return {'expired', stored} end
+lease.renewed_at = ARGV[2]
+lease.expires_at = ARGV[3]
+local value = cjson.encode(lease)
+redis.call('SET', KEYS[1], value, 'PX', ARGV[4])
+return {'renewed', value}
+"""
+
+# ARGV: token, now. A key the token holds is deleted even if expired, as the row lease does.
+_RELEASE = """
+local stored = redis.call('GET', KEYS[1])
+if not stored then return 'free' end
+local lease = cjson.decode(stored)
+if lease.token == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 'released'
+end
+if tonumber(lease.expires_at) <= tonumber(ARGV[2]) then return 'expired' end
+return 'other'
+"""
+
+
+@runtime_checkable
+class LeaseRow(LeasePort, Protocol):
+    """The database's lease row, which dispatch fences on, as an external lease mirrors it."""
+
+    def mirror(self, lease: Lease) -> None:
+        """Write `lease` into the row whoever held it."""
+        ...
+
+    def unmirror(self, key: str, token: str) -> None:
+        """Delete the row if `token` holds it."""
+        ...
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable redis_url>"
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _redis_module() -> Any:
+    try:
+        import redis  # noqa: PLC0415 - the optional `redis` extra
+    except ImportError:
+        raise StorageError(
+            "the Redis lease needs the `redis` extra: pip install 'vortos[redis]' "
+            "(or choose another lease_driver)"
+        ) from None
+    return redis
+
+
+class RedisLease:
+    """The lease on `key` held as the Redis key `<prefix>lease:<key>`, mirrored into `row`."""
+
+    def __init__(self, url: str, clock: Clock, row: LeaseRow, prefix: str = "vortos:") -> None:
+        module = _redis_module()
+        self.where = redact(url)
+        self._errors: type[Exception] = module.RedisError
+        self._unreachable: tuple[type[Exception], ...] = (
+            module.ConnectionError,
+            module.TimeoutError,
+        )
+        self._clock = clock
+        self._row = row
+        self._prefix = prefix
+        with self._redis_errors():
+            try:
+                self._client: redis.Redis = module.Redis.from_url(
+                    url,
+                    socket_connect_timeout=CONNECT_TIMEOUT_S,
+                    socket_timeout=COMMAND_TIMEOUT_S,
+                    decode_responses=True,
+                )
+            except ValueError as exc:
+                raise StorageError(
+                    f"invalid redis_url {self.where}: {exc}; the form is "
+                    "redis://[[user]:password@]host[:port][/db]"
+                ) from None
+            try:
+                # Fail at start, with the remedy, rather than at the first election.
+                self._client.ping()
+            except BaseException:
+                self._client.close()
+                raise
+        self._acquire: Script = self._client.register_script(_ACQUIRE)
+        self._renew: Script = self._client.register_script(_RENEW)
+        self._release: Script = self._client.register_script(_RELEASE)
+
+    def redis_key(self, key: str) -> str:
+        """The Redis key that holds the lease on `key`."""
+        return f"{self._prefix}lease:{key}"
+
+    def acquire(self, key: str, token: str, holder: str, ttl_ms: int) -> Lease | None:
+        now = self._clock.now_ms()
+        fresh = Lease(key, token, holder, now, now, now + ttl_ms)
+        with self._redis_errors():
+            if self._client.set(self.redis_key(key), _encode(fresh), nx=True, px=ttl_ms):
+                lease = fresh
+            else:
+                value: str | None = self._acquire(
+                    keys=[self.redis_key(key)],
+                    args=[token, now, holder, now + ttl_ms, ttl_ms],
+                )
+                if value is None:
+                    return None
+                lease = _decode(key, value)
+        try:
+            self._row.mirror(lease)
+        except BaseException:
+            # Holding the key without the row would only block everyone until it expires.
+            self._give_up(key, token)
+            raise
+        return lease
+
+    def renew(self, key: str, token: str, ttl_ms: int) -> Lease:
+        now = self._clock.now_ms()
+        with self._redis_errors():
+            status, *value = self._renew(
+                keys=[self.redis_key(key)], args=[token, now, now + ttl_ms, ttl_ms]
+            )
+        if status == "free":
+            raise LeaseNotOwned(f"lease {key} is not held by anyone")
+        lease = _decode(key, value[0])
+        if status == "other":
+            raise LeaseNotOwned(f"lease {key} is held by {lease.holder}, not by this token")
+        if status == "expired":
+            raise LeaseExpired(f"lease {key} expired {now - lease.expires_at} ms ago")
+        try:
+            # Only while the row still names this token: a deposed holder must not reinstate it.
+            self._row.renew(key, token, ttl_ms)
+        except LeaseError:
+            self._give_up(key, token)
+            raise
+        return lease
+
+    def release(self, key: str, token: str) -> None:
+        with self._redis_errors():
+            status = self._release(keys=[self.redis_key(key)], args=[token, self._clock.now_ms()])
+        if status == "other":
+            raise LeaseNotOwned(f"lease {key} is held by another token, not by this one")
+        self._row.unmirror(key, token)
+
+    def current(self, key: str) -> Lease | None:
+        with self._redis_errors():
+            value = cast("str | None", self._client.get(self.redis_key(key)))
+        if value is None:
+            return None
+        lease = _decode(key, value)
+        return lease if lease.expires_at > self._clock.now_ms() else None
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _give_up(self, key: str, token: str) -> None:
+        """Best effort: drop the key this token holds (the failure at hand is what's reported)."""
+        with suppress(self._errors):
+            self._release(keys=[self.redis_key(key)], args=[token, self._clock.now_ms()])
+
+    @contextmanager
+    def _redis_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except self._unreachable as exc:
+            raise StorageError(
+                f"Redis at {self.where} is not reachable ({exc}); start Redis or fix redis_url"
+            ) from None
+        except self._errors as exc:
+            raise StorageError(f"Redis at {self.where}: {exc}") from None
+
+
+def _encode(lease: Lease) -> str:
+    # Instants as strings: Lua numbers are doubles, and cjson would re-encode large ones in
+    # exponent form.
+    return json.dumps(
+        {
+            "token": lease.token,
+            "holder": lease.holder,
+            "acquired_at": str(lease.acquired_at),
+            "renewed_at": str(lease.renewed_at),
+            "expires_at": str(lease.expires_at),
+        }
+    )
+
+
+def _decode(key: str, value: str) -> Lease:
+    try:
+        fields = json.loads(value)
+        return Lease(
+            key,
+            str(fields["token"]),
+            str(fields["holder"]),
+            int(fields["acquired_at"]),
+            int(fields["renewed_at"]),
+            int(fields["expires_at"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(
+            f"the Redis key of lease {key} holds something else ({exc}); another program "
+            "writes under this prefix: choose another redis key prefix or delete the key"
+        ) from None
