@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+from engine.backends.lease_drivers import DEFAULT_LEASE_DRIVER, lease_driver
 from engine.backends.sqlite import SqliteBackend
 from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS, inspect_path
 from engine.backends.sqlite.read_model import SqliteReadModel
@@ -15,12 +16,15 @@ from engine.commands import CommandRegistry, builtin_commands
 from engine.control import ControlClient, ControlServer, RemoteService
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
-from engine.governance.keys import load_keyring
+from engine.domain.database import is_postgres_url
+from engine.governance.keys import load_keyring, load_postgres_keyring
 from engine.governance.policy import AccessControl, RoleBasedPolicy
 from engine.observability.observer import Observer
 from engine.ports.dispatch import DispatchReport
+from engine.ports.lease import LEADER_LEASE, LeasePort
 from engine.ports.policy import Policy
 from engine.ports.read_model import ReadModel, Viewer
+from engine.ports.storage import Storage
 from engine.runtime.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_RECOVERY_MS
 from engine.runtime.consumer import (
     DEFAULT_CLAIM_TTL_MS,
@@ -35,6 +39,7 @@ from engine.runtime.daemon import (
     DEFAULT_TENANT_CAP,
     DaemonConfig,
     SchedulerDaemon,
+    shard_lease,
 )
 from engine.service import ScheduleService
 
@@ -51,13 +56,17 @@ class Engine:
 
     def __init__(
         self,
-        storage: SqliteBackend,
+        storage: Storage,
         clock: Clock,
         commands: CommandRegistry,
         access: AccessControl | None = None,
+        leases: LeasePort | None = None,
     ) -> None:
         self.storage = storage
         self.clock = clock
+        # How daemons hold the leader lease (engine.backends.lease_drivers): the store's row,
+        # or a driver that mirrors into it.
+        self.leases: LeasePort = leases or storage.leases
         self.commands = commands
         self.service = ScheduleService(storage, clock, commands, access)
 
@@ -79,11 +88,13 @@ class Engine:
         observer: Observer | None = None,
         breaker_failures: int = DEFAULT_BREAKER_FAILURES,
         breaker_recovery_ms: int = DEFAULT_BREAKER_RECOVERY_MS,
+        shard: tuple[int, int] | None = None,
     ) -> SchedulerDaemon:
         """A scheduling daemon on this engine's store. `observer` receives what it does
         (engine.observability: metrics, spans); the dispatch circuit breaker opens after
         `breaker_failures` consecutive failed dispatch transactions and half-opens after
-        `breaker_recovery_ms`."""
+        `breaker_recovery_ms`. With `shard` (index, count) it leads that lease shard only
+        and dispatches only its schedules (PostgreSQL)."""
         return SchedulerDaemon(
             self.storage,
             self.clock,
@@ -94,9 +105,12 @@ class Engine:
                 tenant_cap=tenant_cap,
                 breaker_failures=breaker_failures,
                 breaker_recovery_ms=breaker_recovery_ms,
+                shard=shard,
+                lease_key=LEADER_LEASE if shard is None else shard_lease(*shard),
             ),
             on_dispatch=on_dispatch,
             observer=observer,
+            leases=self.leases,
         )
 
     def consumer(
@@ -126,6 +140,10 @@ class Engine:
         )
 
     def close(self) -> None:
+        if self.leases is not self.storage.leases:
+            closing = getattr(self.leases, "close", None)
+            if callable(closing):
+                closing()  # a driver's own session or client
         self.storage.close()
 
     def __enter__(self) -> Engine:
@@ -152,8 +170,13 @@ def open_engine(
     enforce: bool = False,
     policy: Policy | None = None,
     control_socket: Path | None = None,
+    lease_driver: str = DEFAULT_LEASE_DRIVER,
+    redis_url: str | None = None,
 ) -> Engine:
-    """Open (creating or upgrading if needed) the database at `db`.
+    """Open the database at `db`: a SQLite file (created or upgraded if needed), or a
+    PostgreSQL URL (postgresql://...; its schema must have been created with `vortos db
+    migrate`, and every node must sign audit entries with the same key: `audit_key_file` or
+    VORTOS_AUDIT_KEY). On PostgreSQL the default clock is the database server's.
 
     With `enforce` (or a `policy`), every service change is authorised for its actor by the
     operators' roles (the CLI and the console always enforce); without, the caller is trusted.
@@ -162,9 +185,18 @@ def open_engine(
     to the `vortos run --control-socket` serving that path, which makes it as this process's
     account (reads stay local, narrowed to what that account may view).
 
+    `lease_driver` is how daemons hold the leader lease: "row" (the store's row), "advisory"
+    (a PostgreSQL advisory lock) or "redis" (a key on `redis_url`); see
+    engine.backends.lease_drivers.
+
     `busy_timeout_ms` is how long a write waits for another process's transaction before it
     fails with StorageError.
     """
+    if is_postgres_url(db):
+        engine = _open_postgres(
+            str(db), clock, commands, readonly, audit_key_file, enforce, policy, control_socket
+        )
+        return engine if readonly else _leading_with(engine, lease_driver, redis_url)
     clock = clock or SystemClock()
     path = Path(db)
     if control_socket is not None:
@@ -188,7 +220,56 @@ def open_engine(
     # Python code that opens the file is trusted; operators' tools enforce roles (`enforce`),
     # with the default role-based policy or the one given.
     access = AccessControl(storage, clock, policy) if enforce or policy is not None else None
-    return Engine(storage, clock, commands or builtin_commands(), access)
+    engine = Engine(storage, clock, commands or builtin_commands(), access)
+    return engine if readonly else _leading_with(engine, lease_driver, redis_url)
+
+
+def _leading_with(engine: Engine, driver: str, redis_url: str | None) -> Engine:
+    """The engine, its daemons leading with `driver` (closed with it)."""
+    if driver == DEFAULT_LEASE_DRIVER:
+        return engine
+    try:
+        engine.leases = lease_driver(driver, engine.storage, engine.clock, redis_url)
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+def _open_postgres(
+    url: str,
+    clock: Clock | None,
+    commands: CommandRegistry | None,
+    readonly: bool,
+    audit_key_file: Path | None,
+    enforce: bool,
+    policy: Policy | None,
+    control_socket: Path | None,
+) -> Engine:
+    from engine.backends.postgres import PostgresBackend  # noqa: PLC0415 - the postgres extra
+
+    def audit_keys() -> KeyRing:
+        # Never created here: every node of a deployment must hold the same key.
+        return load_postgres_keyring(audit_key_file)
+
+    remote = control_socket is not None
+    storage = PostgresBackend(
+        url,
+        clock,  # None: the database server's clock
+        readonly=readonly or remote,
+        audit_keys=None if readonly or remote else audit_keys,
+    )
+    registry = commands or builtin_commands()
+    if control_socket is not None:
+        checked = AccessControl(storage, storage.clock, policy)
+        engine = Engine(storage, storage.clock, registry, checked)
+        engine.service = RemoteService(
+            storage, storage.clock, registry, checked, ControlClient(control_socket)
+        )
+        return engine
+    enforced = enforce or policy is not None
+    access = AccessControl(storage, storage.clock, policy) if enforced else None
+    return Engine(storage, storage.clock, registry, access)
 
 
 def _open_remote(
@@ -215,10 +296,17 @@ def open_read_model(
     """The console's asynchronous, read-only view of the database at `db`; with `operator`,
     narrowed to the tenants they may view (by `policy`, default: their roles).
 
-    The file must exist and be a SQLite file (StorageError otherwise); later calls that fail
-    raise StorageError and succeed again once the cause is gone.
+    The file must exist and be a SQLite file, or `db` a well-formed PostgreSQL URL
+    (StorageError otherwise; a server is first reached at the first read); later calls that
+    fail raise StorageError and succeed again once the cause is gone.
     """
+    viewer = None if operator is None else Viewer(operator, policy or RoleBasedPolicy())
+    if is_postgres_url(db):
+        from engine.backends.postgres.read_model import (  # noqa: PLC0415 - the postgres extra
+            PostgresReadModel,
+        )
+
+        return PostgresReadModel(str(db), viewer)
     path = Path(db)
     inspect_path(path, create=False)
-    viewer = None if operator is None else Viewer(operator, policy or RoleBasedPolicy())
     return SqliteReadModel(path, viewer)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.domain.database import Database, parse_database
+from engine.domain.database import shown as shown_db
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 
@@ -34,6 +36,19 @@ def _text(value: Any) -> str:
 
 def _path(value: Any) -> Path:
     return Path(_text(value))
+
+
+def _database(value: Any) -> Database:
+    if isinstance(value, Path):
+        return value
+    return parse_database(_text(value))
+
+
+def _redis_url(value: Any) -> str:
+    text = _text(value)
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        raise ValueError("a redis://host:port/db (or rediss://, unix://) URL")
+    return text
 
 
 def _duration(low_ms: int, high_ms: int) -> Parser:
@@ -103,8 +118,16 @@ def _ms(value: Any) -> str:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("db", Path("vortos.db"), _path, "the SQLite database file"),
+    Setting("db", Path("vortos.db"), _database, "a SQLite file, or a postgresql:// URL", shown_db),
     Setting("app", None, _text, "modules with @schedulable commands and @scheduled schedules"),
+    Setting(
+        "lease_driver",
+        "row",
+        _choice("row", "advisory", "redis"),
+        "how the leader lease is held: a row, a PostgreSQL advisory lock, a Redis key",
+    ),
+    Setting("redis_url", None, _redis_url, "the Redis server of lease_driver = redis", shown_db),
+    Setting("shards", 1, _integer(1, 64), "lease shards: leaders dispatching disjoint sets"),
     Setting("lease_ttl", 15_000, _duration(1_000, 600_000), "leader lease time to live", _ms),
     Setting("lookahead", 0, _duration(0, 10_000), "dispatch slots this long before due", _ms),
     Setting("tenant_cap", 200, _integer(0, 1_000_000), "one tenant's share of a dispatch batch"),

@@ -61,6 +61,11 @@ class _Named:
         return Finding(self.check_id, Status.SKIP, summary)
 
 
+def _upgrade(ctx: DoctorContext) -> str:
+    """The command that creates or upgrades the schema of the doctor's database."""
+    return "`vortos db init`" if isinstance(ctx.db, Path) else "`vortos db migrate --db URL`"
+
+
 def _some(names: list[str]) -> str:
     shown = ", ".join(names[:LIST_AT_MOST])
     return shown + (f" and {len(names) - LIST_AT_MOST} more" if len(names) > LIST_AT_MOST else "")
@@ -92,7 +97,7 @@ class StorageReachable(_Named):
             return self.fail(
                 f"{len(problems)} table(s) cannot be read",
                 detail,
-                "restore the database from a backup, or run `vortos db init` to upgrade it",
+                f"restore the database from a backup, or run {_upgrade(ctx)} to upgrade it",
             )
         return self.ok("every table can be read")
 
@@ -105,12 +110,16 @@ class StorageSchema(_Named):
         if ctx.diagnostics is None:
             return self.skip("no diagnostics for this backend")
         facts = ctx.diagnostics.storage_facts()
+        # `vortos run` upgrades a SQLite file; a PostgreSQL schema only `vortos db migrate` does.
+        upgrades_on_start = (
+            " (or start `vortos run`, which upgrades)" if facts.backend == "sqlite" else ""
+        )
         if facts.schema_version < facts.supported_schema_version:
             return self.fail(
                 f"schema version {facts.schema_version}, this Vortos needs "
                 f"{facts.supported_schema_version}",
                 facts.location,
-                "upgrade it: `vortos db init` (or start `vortos run`, which upgrades)",
+                f"upgrade it: {_upgrade(ctx)}{upgrades_on_start}",
             )
         if facts.schema_version > facts.supported_schema_version:
             return self.fail(
@@ -153,6 +162,8 @@ class StorageDisk(_Named):
         self.free_space = free_space
 
     def run(self, ctx: DoctorContext) -> Finding:
+        if not isinstance(ctx.db, Path):
+            return self.skip("the database server's disk is the server's to watch")
         where = ctx.db.resolve().parent
         free, total = self.free_space(where)
         share = free / total if total else 0.0
@@ -172,14 +183,48 @@ class StorageDisk(_Named):
         return self.ok("enough free disk space", said)
 
 
+# A database server's clock against this host's. Leases and claims are judged on the server's
+# clock (every node reads it), so skew cannot break exactly-once; but a node opened with a clock
+# of its own, the commands' own notion of "now", logs, metrics and traces use this host's. The
+# doctor does not know the lease TTL each daemon runs with, so the limits are fixed: a second is
+# more than NTP ever leaves, 5 s is a third of the default lease TTL (15 s).
+SKEW_WARN_MS = 1_000
+SKEW_FAIL_MS = 5_000
+
+
 class ClockSkew(_Named):
+    """This host's clock agrees with the database server's (PostgreSQL; SQLite has no clock
+    of its own)."""
+
     def __init__(self) -> None:
         super().__init__("clock.skew")
 
     def run(self, ctx: DoctorContext) -> Finding:
         if ctx.diagnostics is None or ctx.diagnostics.storage_facts().backend == "sqlite":
             return self.skip("the embedded database shares this host's clock")
-        return self.skip("no clock to compare with")  # PostgreSQL joins with its issue
+        skew = ctx.diagnostics.clock_skew_ms()
+        if skew is None:
+            return self.skip("no clock to compare with")
+        ahead = "ahead of" if skew > 0 else "behind"
+        said = (
+            f"the database server's clock is {abs(skew)} ms {ahead} this host's"
+            if skew
+            else "the database server's clock and this host's read the same millisecond"
+        )
+        remedy = "synchronise both clocks with NTP (chrony or systemd-timesyncd) and check again"
+        if abs(skew) > SKEW_FAIL_MS:
+            return self.fail(
+                f"this host's clock is {abs(skew) / 1000:.1f} s off the database server's",
+                f"{said} (fails over {SKEW_FAIL_MS} ms)",
+                remedy,
+            )
+        if abs(skew) > SKEW_WARN_MS:
+            return self.warn(
+                f"this host's clock is {abs(skew) / 1000:.1f} s off the database server's",
+                f"{said} (warns over {SKEW_WARN_MS} ms)",
+                remedy,
+            )
+        return self.ok(f"clocks agree to within {abs(skew)} ms", said)
 
 
 # -- time and schedules ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from engine.commands import CommandRegistry
 from engine.commands.decorators import StaticSchedule
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock
+from engine.domain.database import Database
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.governance.audit import ChainReport, verify
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, key_source, load_keyring
@@ -62,7 +63,7 @@ class DoctorContext:
 
     storage: Storage
     clock: Clock
-    db: Path
+    db: Database  # a SQLite file or a PostgreSQL URL
     key_file: Path | None = None
     remote_verify: Callable[[], list[ChainReport]] | None = None
     diagnostics: Diagnostics | None = None
@@ -132,9 +133,9 @@ class AuditKeyCheck:
                 Status.SKIP,
                 "the key is the control socket's server's (see audit.chain)",
             )
-        where, _ = key_source(ctx.db, ctx.key_file)
         empty = ctx.storage.audit.is_empty()
         try:
+            where, _ = key_source(ctx.db, ctx.key_file)
             keys = load_keyring(ctx.db, key_file=ctx.key_file, create=False)
         except AuditKeyMissing as exc:
             if empty:

@@ -15,6 +15,7 @@ import secrets
 from pathlib import Path
 
 from engine.domain.audit import KeyRing
+from engine.domain.database import is_postgres_url
 from engine.domain.errors import AuditKeyMissing, InvalidInput
 
 KEY_ENV = "VORTOS_AUDIT_KEY"
@@ -22,7 +23,19 @@ KEY_FILE_ENV = "VORTOS_AUDIT_KEY_FILE"
 MIN_KEY_CHARS = 32
 
 
-def default_key_file(db: Path) -> Path:
+NO_SHARED_KEY = (
+    "a PostgreSQL deployment has no default audit key file: every node signs the audit chain, "
+    "so every node must hold the same key. Set audit_key_file (vortos.toml, "
+    f"{KEY_FILE_ENV} or --audit-key-file of `vortos db migrate`, which creates the file) "
+    f"and copy that file to every node, or set {KEY_ENV}"
+)
+
+
+def default_key_file(db: Path | str) -> Path:
+    """Beside a SQLite file; a PostgreSQL URL has none (AuditKeyMissing says what to do)."""
+    if is_postgres_url(db):
+        raise AuditKeyMissing(NO_SHARED_KEY)
+    db = Path(db)
     return db.with_name(db.name + ".audit-key")
 
 
@@ -43,7 +56,7 @@ def _parse(text: str, where: str) -> KeyRing:
     return KeyRing(keys)
 
 
-def key_source(db: Path, key_file: Path | None = None) -> tuple[str, Path | None]:
+def key_source(db: Path | str, key_file: Path | None = None) -> tuple[str, Path | None]:
     """(description, file) of where the key is taken from; file None for the environment."""
     if os.environ.get(KEY_ENV):
         return f"${KEY_ENV}", None
@@ -55,7 +68,7 @@ def key_source(db: Path, key_file: Path | None = None) -> tuple[str, Path | None
     return str(path), path
 
 
-def load_keyring(db: Path, *, key_file: Path | None = None, create: bool) -> KeyRing:
+def load_keyring(db: Path | str, *, key_file: Path | None = None, create: bool) -> KeyRing:
     """The key ring for the database at `db`. With `create`, a missing default key file is
     made; a missing file that was named explicitly is always an error."""
     env = os.environ.get(KEY_ENV)
@@ -77,6 +90,12 @@ def load_keyring(db: Path, *, key_file: Path | None = None, create: bool) -> Key
     except OSError as exc:
         raise AuditKeyMissing(f"the audit key file {where} cannot be read: {exc}") from None
     return _parse(text, where)
+
+
+def load_postgres_keyring(key_file: Path | None) -> KeyRing:
+    """The shared key ring of a PostgreSQL deployment: from the environment or a named file,
+    never made up here (a node with a key of its own would sign a chain nobody can verify)."""
+    return load_keyring("postgresql://", key_file=key_file, create=False)
 
 
 def create_key_file(path: Path) -> KeyRing:

@@ -34,7 +34,7 @@ from engine.observability.observer import (
     recording,
 )
 from engine.ports.dispatch import DispatchReport
-from engine.ports.lease import LEADER_LEASE
+from engine.ports.lease import LEADER_LEASE, LeasePort
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
 from engine.runtime.breaker import (
@@ -66,6 +66,10 @@ HELD_BACK_MAX = 1_000
 # While a renewal keeps failing, try it again at most this often.
 RENEW_RETRY_MS = 1_000
 DISPATCH_BREAKER = "dispatch"
+MAX_SHARDS = 64
+# How soon to look again at a due schedule the dispatch passed over because another
+# transaction held its row.
+HELD_ROW_RETRY_MS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,14 @@ class DaemonConfig:
     # `breaker_recovery_ms`.
     breaker_failures: int = DEFAULT_BREAKER_FAILURES
     breaker_recovery_ms: int = DEFAULT_BREAKER_RECOVERY_MS
+    # (index, count): this daemon leads lease shard `index` of `count` and dispatches only the
+    # schedules whose stable hash falls in it (PostgreSQL); None: every schedule, one lease.
+    shard: tuple[int, int] | None = None
+
+
+def shard_lease(index: int, count: int) -> str:
+    """The lease key of shard `index` of `count`."""
+    return f"{LEADER_LEASE}:shard-{index}-of-{count}"
 
 
 class SchedulerDaemon:
@@ -101,12 +113,18 @@ class SchedulerDaemon:
         config: DaemonConfig,
         on_dispatch: Callable[[DispatchReport], None] | None = None,
         observer: Observer | None = None,
+        leases: LeasePort | None = None,
     ) -> None:
+        """`leases`: the lease driver to lead with (default: the store's own row); whatever it
+        is, it keeps the store's lease row current, which dispatch fences on."""
         if config.lease_ttl_ms < MIN_LEASE_TTL_MS:
             raise ValueError("the lease TTL must be at least 1s")
         if not 0 <= config.lookahead_ms <= MAX_LOOKAHEAD_MS:
             raise ValueError("the lookahead must be between 0 and 10s")
+        if config.shard is not None and not 0 <= config.shard[0] < config.shard[1]:
+            raise ValueError(f"shard {config.shard[0]} of {config.shard[1]} does not exist")
         self._storage = storage
+        self._leases = leases or storage.leases
         self._clock = clock
         self.config = config
         self._token = secrets.token_hex(16)
@@ -156,7 +174,7 @@ class SchedulerDaemon:
             log.warning("lease renewal silent for %d ms: not dispatching", now - self._last_renewed)
             return 0.1
         horizon = now + self.config.lookahead_ms
-        next_due = self._storage.dispatcher.next_due_at()
+        next_due = self._storage.dispatcher.next_due_at(self.config.shard)
         if next_due is None or next_due > horizon:
             # Nothing due: woken by someone else's commit (consumers settle all the time).
             # A read decides that; a write transaction would only compete with them.
@@ -180,6 +198,7 @@ class SchedulerDaemon:
                 resolve=resolve,
                 until_ms=horizon,
                 tenant_cap=self.config.tenant_cap,
+                shard=self.config.shard,
             )
         except LeaseError as exc:
             # The store answered: it is not what the breaker guards against.
@@ -199,7 +218,9 @@ class SchedulerDaemon:
         if report.truncated or report.scanned >= self.config.batch:
             return 0.0  # more is due: go again at once
         return self._idle_wait(
-            now, self._storage.dispatcher.next_due_at(), dispatched=bool(report.dispatched)
+            now,
+            self._storage.dispatcher.next_due_at(self.config.shard),
+            dispatched=bool(report.dispatched),
         )
 
     def _failed(self, error: Exception, facts: DispatchFacts, started: float) -> None:
@@ -281,6 +302,10 @@ class SchedulerDaemon:
         # a transaction (and its fixed cost) per slot when thousands are spread over a second.
         if dispatched:
             wake = max(wake, now + self.config.coalesce_ms)
+        else:
+            # Nothing was dispatched yet something is due: its row is locked by an operator's
+            # transaction (PostgreSQL skips locked rows). Look again soon, not in a hot loop.
+            wake = max(wake, now + HELD_ROW_RETRY_MS)
         return max(0.0, (wake - self._clock.now_ms()) / 1000)
 
     def run(self) -> None:
@@ -315,7 +340,7 @@ class SchedulerDaemon:
             return
         self.leading = False
         try:
-            self._storage.leases.release(self.config.lease_key, self._token)
+            self._leases.release(self.config.lease_key, self._token)
             log.info("%s released the lease", self.config.node_id)
             self._observer.leader_changed(self.config.lease_key, LeaderChange.RELEASED)
             self._record("leader.released")
@@ -326,9 +351,7 @@ class SchedulerDaemon:
 
     def _try_lead(self, now: int) -> float:
         ttl = self.config.lease_ttl_ms
-        lease = self._storage.leases.acquire(
-            self.config.lease_key, self._token, self.config.node_id, ttl
-        )
+        lease = self._leases.acquire(self.config.lease_key, self._token, self.config.node_id, ttl)
         if lease is not None:
             self.leading = True
             self._last_renewed = lease.renewed_at
@@ -339,15 +362,13 @@ class SchedulerDaemon:
             self._record("leader.acquired", acquired_at=lease.acquired_at, ttl_ms=ttl)
             return 0.0
         self._observer.lease_contended(self.config.lease_key)
-        holder = self._storage.leases.current(self.config.lease_key)
+        holder = self._leases.current(self.config.lease_key)
         wait_ms = ttl // 2 if holder is None else min(ttl // 2, holder.expires_at - now)
         return max(0, wait_ms + self._standby_jitter_ms) / 1000
 
     def _renew(self, now: int) -> bool:
         try:
-            lease = self._storage.leases.renew(
-                self.config.lease_key, self._token, self.config.lease_ttl_ms
-            )
+            lease = self._leases.renew(self.config.lease_key, self._token, self.config.lease_ttl_ms)
         except LeaseError as exc:
             self._lose(f"renewal refused: {exc}")
             return False

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tests.conftest import cli_env
@@ -16,7 +16,15 @@ from tests.conftest import cli_env
 class Daemon:
     """One `vortos run` process, its output in a log file."""
 
-    def __init__(self, db: Path, node_id: str, log_dir: Path, lease_ttl: str = "2s") -> None:
+    def __init__(
+        self,
+        db: Path | str,
+        node_id: str,
+        log_dir: Path,
+        lease_ttl: str = "2s",
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.node_id = node_id
         self.log_path = log_dir / f"{node_id}.log"
         with self.log_path.open("w") as log:
@@ -34,11 +42,16 @@ class Daemon:
                     node_id,
                     "--log-level",
                     "info",
+                    *args,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=cli_env(),
+                env=cli_env(env),
             )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     def kill(self) -> None:
         os.kill(self.process.pid, signal.SIGKILL)

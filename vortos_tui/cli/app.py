@@ -33,9 +33,13 @@ app = typer.Typer(
 def main(
     ctx: typer.Context,
     db_path: Annotated[
-        Path,
-        typer.Option("--db", help="SQLite database file (VORTOS_DB).", show_default=True),
-    ] = Path(DEFAULT_DB),
+        str,
+        typer.Option(
+            "--db",
+            help="SQLite database file, or a postgresql://user@host/database URL (VORTOS_DB).",
+            show_default=True,
+        ),
+    ] = DEFAULT_DB,
     app_modules: Annotated[
         str | None,
         typer.Option(

@@ -22,11 +22,12 @@ from engine import (
     open_engine,
 )
 from engine.config import BY_NAME, Settings, load_settings
+from engine.domain.database import Database
 
 
 @dataclass(slots=True)
 class CliState:
-    db: Path
+    db: Database  # a SQLite file's path or a PostgreSQL URL
     app: str | None = None  # --app / VORTOS_APP: modules with @schedulable commands
     allow_exec: list[str] = field(default_factory=list)  # --allow-exec, beside VORTOS_PROCESS_ALLOW
     # --control-socket / VORTOS_CONTROL_SOCKET: changes go through `vortos run`'s socket
@@ -93,13 +94,29 @@ def open_existing(ctx: typer.Context) -> Engine:
     return _open(cli, create=False, control_socket=cli.control_socket)
 
 
-def open_to_serve(ctx: typer.Context) -> Engine:
+def open_to_serve(
+    ctx: typer.Context, *, lease_driver: str | None = None, redis_url: str | None = None
+) -> Engine:
     """For `vortos run` and `vortos consume`: the process that owns the database opens it
-    itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket)."""
-    return _open(state(ctx), create=True)
+    itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket).
+    Its daemons lead with `lease_driver` (default: the lease_driver setting)."""
+    cli = state(ctx)
+    return _open(
+        cli,
+        create=True,
+        lease_driver=lease_driver or cli.settings.lease_driver,
+        redis_url=redis_url or cli.settings.redis_url,
+    )
 
 
-def _open(cli: CliState, *, create: bool, control_socket: Path | None = None) -> Engine:
+def _open(
+    cli: CliState,
+    *,
+    create: bool,
+    control_socket: Path | None = None,
+    lease_driver: str = "row",
+    redis_url: str | None = None,
+) -> Engine:
     """An engine that checks access, with the settings' audit key file; four-eyes requests it
     makes stay open for the approval_ttl setting (through a control socket, the server's)."""
     engine = open_engine(
@@ -109,6 +126,8 @@ def _open(cli: CliState, *, create: bool, control_socket: Path | None = None) ->
         enforce=True,
         control_socket=control_socket,
         audit_key_file=cli.settings.audit_key_file,
+        lease_driver=lease_driver,
+        redis_url=redis_url,
     )
     engine.service.four_eyes.ttl_ms = cli.settings.approval_ttl
     return engine

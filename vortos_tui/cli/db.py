@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from vortos_tui.cli.context import open_for_read, open_for_write
+from engine.domain.database import is_postgres_url, shown
+from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, create_key_file
+from vortos_tui.cli.context import open_for_read, open_for_write, state
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 
 app = typer.Typer(help="Create, upgrade and inspect the database.", no_args_is_help=True)
@@ -17,9 +20,49 @@ app = typer.Typer(help="Create, upgrade and inspect the database.", no_args_is_h
 @handles_errors
 def init(ctx: typer.Context) -> None:
     """Create the database, or upgrade an older schema in place. Safe to repeat."""
+    if is_postgres_url(state(ctx).db):
+        migrate(ctx)
+        return
     with open_for_write(ctx) as engine:
         info = engine.storage.describe()
         say(f"database ready: {info['path']} (schema version {info['schema_version']})")
+
+
+@app.command("migrate", epilog=EXIT_CODES)
+@handles_errors
+def migrate(ctx: typer.Context) -> None:
+    """Create the Vortos schema, or upgrade it to this version, in one transaction (all of it
+    or none). Safe to repeat, and to run from several hosts at once. On PostgreSQL, run it
+    before the first `vortos run` and after each upgrade of vortos; it also creates the shared
+    audit key file named by audit_key_file when there is none yet."""
+    cli = state(ctx)
+    if not is_postgres_url(cli.db):
+        with open_for_write(ctx) as engine:
+            info = engine.storage.describe()
+            say(f"database ready: {info['path']} (schema version {info['schema_version']})")
+        return
+    from engine.backends.postgres import migrate_database  # noqa: PLC0415 - the postgres extra
+
+    url = str(cli.db)
+    before, after = migrate_database(url)
+    if before is None:
+        say(f"created the Vortos schema (version {after}) in {shown(url)}")
+    elif before < after:
+        say(f"upgraded the Vortos schema of {shown(url)} from version {before} to {after}")
+    else:
+        say(f"the Vortos schema of {shown(url)} is current (version {after})")
+    key_file = cli.settings.audit_key_file
+    if key_file is not None and not key_file.exists():
+        create_key_file(key_file)
+        say(
+            f"created the audit key file {key_file}: copy it to every node (mode 0600) and keep "
+            "a backup; without it the audit chain can be neither extended nor verified"
+        )
+    elif key_file is None and not os.environ.get(KEY_ENV):
+        say(
+            "note: every node signs the audit chain and needs the same key; set audit_key_file "
+            f"(vortos.toml or {KEY_FILE_ENV}) and run this again to create it, or set {KEY_ENV}"
+        )
 
 
 @app.command("info", epilog=EXIT_CODES)

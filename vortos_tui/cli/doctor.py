@@ -11,7 +11,6 @@ from rich.table import Table
 from rich.text import Text
 
 from engine import open_engine
-from engine.backends.sqlite.diagnostics import SqliteDiagnostics
 from engine.control import RemoteService
 from engine.domain.errors import VortosError
 from engine.governance.audit import ChainReport
@@ -56,7 +55,7 @@ def run_doctor(cli: CliState) -> Report:
                 cli.db,
                 key_file=cli.settings.audit_key_file,
                 remote_verify=remote_verify,
-                diagnostics=SqliteDiagnostics(engine.storage.pool),
+                diagnostics=engine.storage.diagnostics(),
                 commands=cli.commands(),
                 static=cli.loaded_app().static if cli.app is not None else None,
             ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -11,7 +12,9 @@ from typing import Annotated
 import typer
 
 from engine.api import Engine, default_node_id
+from engine.backends.lease_drivers import LEASE_DRIVERS
 from engine.domain.approvals import approval_ttl_ms
+from engine.domain.database import is_postgres_url, shown
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.observability import DEFAULT_METRICS_HOST
@@ -22,7 +25,13 @@ from engine.runtime.breaker import (
     MAX_BREAKER_FAILURES,
     MIN_BREAKER_RECOVERY_MS,
 )
-from engine.runtime.daemon import DEFAULT_TENANT_CAP, MAX_LOOKAHEAD_MS, MIN_LEASE_TTL_MS
+from engine.runtime.daemon import (
+    DEFAULT_TENANT_CAP,
+    MAX_LOOKAHEAD_MS,
+    MAX_SHARDS,
+    MIN_LEASE_TTL_MS,
+    SchedulerDaemon,
+)
 from vortos_tui.cli.context import CliState, configured, open_to_serve, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.output import handles_errors
@@ -119,6 +128,29 @@ def run(
             "use (1s to 30d).",
         ),
     ] = "24h",
+    shards: Annotated[
+        int,
+        typer.Option(
+            "--shards",
+            min=1,
+            max=MAX_SHARDS,
+            help="Split the schedules into this many lease shards (PostgreSQL): each shard has "
+            "its own leader, so several nodes dispatch at once. Every node must use the same "
+            "number.",
+        ),
+    ] = 1,
+    lease_driver: Annotated[
+        str,
+        typer.Option(
+            "--lease-driver",
+            help="How the leader lease is held: row (default), advisory (a PostgreSQL "
+            "advisory lock: a crashed leader is replaced at once) or redis (--redis-url).",
+        ),
+    ] = "row",
+    redis_url: Annotated[
+        str | None,
+        typer.Option("--redis-url", help="The Redis server of --lease-driver redis."),
+    ] = None,
     consumers: Consumers = DEFAULT_CONSUMERS,
     no_consume: Annotated[
         bool,
@@ -156,7 +188,9 @@ def run(
         # A metrics port in use fails here, before the database is opened.
         telemetry = start_telemetry(o.metrics_port, o.metrics_host, trace)
         serving.callback(telemetry.close)
-        engine = serving.enter_context(open_to_serve(ctx))
+        engine = serving.enter_context(
+            open_to_serve(ctx, lease_driver=o.lease_driver, redis_url=o.redis_url)
+        )
         serving.callback(telemetry.close)  # again, first: no scrape once the database closes
         telemetry.watch(engine, cli.db)
         # Every fire is audited: without the key there is no dispatching, so say so now.
@@ -176,34 +210,41 @@ def run(
             if consumer is not None and report.dispatched:
                 consumer.poke()  # run the fires now, not at the consumer's next look
 
-        daemon = engine.daemon(
-            node_id=node,
-            lease_ttl_ms=o.lease_ttl_ms,
-            lookahead_ms=o.lookahead_ms,
-            on_dispatch=dispatched,
-            tenant_cap=o.tenant_cap or None,
-            observer=telemetry.observer,
-            breaker_failures=o.breaker_failures,
-            breaker_recovery_ms=o.recovery_ms,
-        )
+        daemons = [
+            engine.daemon(
+                node_id=node,
+                lease_ttl_ms=o.lease_ttl_ms,
+                lookahead_ms=o.lookahead_ms,
+                on_dispatch=dispatched,
+                tenant_cap=o.tenant_cap or None,
+                observer=telemetry.observer,
+                breaker_failures=o.breaker_failures,
+                breaker_recovery_ms=o.recovery_ms,
+                shard=None if o.shards == 1 else (index, o.shards),
+            )
+            for index in range(o.shards)
+        ]
 
         def stop() -> None:
-            daemon.stop()
+            for daemon in daemons:
+                daemon.stop()
             if consumer is not None:
                 consumer.stop()
 
         on_stop_signals(stop)
         log.info(
-            "vortos %s on %s (lease ttl %s, %s, %s)",
+            "vortos %s on %s (lease ttl %s, %s lease%s, %s, %s)",
             node,
-            cli.db,
+            shown(cli.db),
             format_duration(o.lease_ttl_ms),
+            o.lease_driver,
+            "" if o.shards == 1 else f", {o.shards} shards",
             "no consumers" if consumer is None else f"{o.consumers.concurrency} consumer thread(s)",
             telemetry.describe(),
         )
         worker = None if consumer is None else start_consumer(consumer)
         try:
-            daemon.run()
+            run_daemons(daemons)
         finally:
             if consumer is not None and worker is not None:
                 consumer.stop()
@@ -228,6 +269,27 @@ class _Options:
     metrics_port: int | None
     metrics_host: str
     log_level: str
+    shards: int
+    lease_driver: str
+    redis_url: str | None
+
+
+def run_daemons(daemons: list[SchedulerDaemon]) -> None:
+    """Run the daemons until they stop: the first on this thread, each other shard's on a
+    thread of its own."""
+    others = [
+        threading.Thread(target=d.run, name=f"vortos-shard-{n}", daemon=True)
+        for n, d in enumerate(daemons[1:], start=1)
+    ]
+    for thread in others:
+        thread.start()
+    try:
+        daemons[0].run()
+    finally:
+        for daemon in daemons[1:]:
+            daemon.stop()
+        for thread in others:
+            thread.join()
 
 
 def _options(ctx: typer.Context) -> _Options:
@@ -253,7 +315,27 @@ def _options(ctx: typer.Context) -> _Options:
         metrics_port=configured(ctx, "metrics_port"),
         metrics_host=configured(ctx, "metrics_host"),
         log_level=configured(ctx, "log_level"),
+        shards=_shards(ctx, configured(ctx, "shards")),
+        lease_driver=_lease_driver(configured(ctx, "lease_driver")),
+        redis_url=configured(ctx, "redis_url"),
     )
+
+
+def _lease_driver(name: str) -> str:
+    if name not in LEASE_DRIVERS:
+        raise InvalidInput(
+            f"--lease-driver {name!r} is not a lease driver: choose {', '.join(LEASE_DRIVERS)}"
+        )
+    return name
+
+
+def _shards(ctx: typer.Context, shards: int) -> int:
+    if shards > 1 and not is_postgres_url(state(ctx).db):
+        raise InvalidInput(
+            f"--shards {shards}: lease shards need PostgreSQL (--db postgresql://...); one "
+            "SQLite file has one writer, so one leader dispatches it all"
+        )
+    return shards
 
 
 def _sync_static(engine: Engine, cli: CliState) -> None:

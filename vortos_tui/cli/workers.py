@@ -7,13 +7,13 @@ import signal
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from engine import Engine, FireQueueConsumer, open_read_model
+from engine.domain.database import Database
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.governance.deadman import DeadmanWatch, Judgement
@@ -166,7 +166,7 @@ class Telemetry:
             parts.append("spans through OpenTelemetry")
         return ", ".join(parts)
 
-    def watch(self, engine: Engine, db: Path) -> None:
+    def watch(self, engine: Engine, db: Database) -> None:
         """Add the gauges read from the store on each scrape, and report the retention
         sweeps this process runs."""
         if self.metrics is not None:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 
 from engine import InvalidInput, open_engine
+from engine.domain.database import Database
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.output import say
@@ -23,7 +25,7 @@ def session_command(
     cli: CliState, *, allow_actions: bool, zone_name: str, refresh: str
 ) -> list[str]:
     """The console each browser session runs: attached to the same database."""
-    argv = [sys.executable, "-m", "vortos_tui.console", "--db", str(cli.db.resolve()), "--attach"]
+    argv = [sys.executable, "-m", "vortos_tui.console", "--db", _absolute(cli.db), "--attach"]
     argv += ["--zone", zone_name, "--refresh", refresh, "--operator-label", f"{operator()} (web)"]
     if cli.app is not None:
         argv += ["--app", cli.app]
@@ -90,3 +92,8 @@ def serve(
             host.stop()
         if engine is not None:
             engine.close()
+
+
+def _absolute(db: Database) -> str:
+    """The database as the served console's process must name it (its cwd may differ)."""
+    return str(db.resolve()) if isinstance(db, Path) else db

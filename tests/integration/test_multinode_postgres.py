@@ -1,0 +1,322 @@
+"""Many machines on one PostgreSQL: real `vortos run` processes (daemon and consumers), the
+leader SIGKILLed and restarted, its connections cut from the server side, lease shards moving
+(acceptance 2, 3 and 4 of the many-machines issue).
+
+Each process is a node of its own (its own pool, its own clock reading of the server); on this
+one host they stand for hosts, which share nothing but the database.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from engine import IntervalTrigger, MisfireKind, MisfirePolicy, OverlapPolicy, ScheduleSpec
+from engine.domain.timeutil import SECOND_MS
+from engine.ports.lease import LEADER_LEASE
+from engine.runtime.daemon import shard_lease
+from tests.integration.processes import Daemon, wait_for
+from tests.pg import fresh_schema, pg_engine, pg_env
+
+pytestmark = pytest.mark.slow
+
+TTL_MS = 2_000
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with fresh_schema() as fresh:
+        yield fresh
+
+
+class Reader:
+    """The test's own view of the database, on one connection."""
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(url, autocommit=True)
+
+    def rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return self.conn.execute(sql, args).fetchall()
+
+    def one(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        return self.rows(sql, args)[0][0]
+
+    def now_ms(self) -> int:
+        return int(self.one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"))
+
+    def holder(self, key: str = LEADER_LEASE) -> str | None:
+        found = self.rows(
+            "SELECT holder FROM leases WHERE key = %s AND expires_at > %s", (key, self.now_ms())
+        )
+        return str(found[0][0]) if found else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+@pytest.fixture
+def reader(url: str) -> Iterator[Reader]:
+    opened = Reader(url)
+    yield opened
+    opened.close()
+
+
+def create_schedules(url: str, count: int, anchor_ms: int) -> None:
+    with pg_engine(url) as engine:
+        for i in range(count):
+            engine.service.create(
+                ScheduleSpec(
+                    name=f"s{i:03d}",
+                    trigger=IntervalTrigger(SECOND_MS, anchor_ms),
+                    command="noop",
+                    misfire=MisfirePolicy(MisfireKind.EACH),
+                    # Each slot's fire runs whatever became of the one before: a fire whose
+                    # consumer was killed is still "running" until its claim expires.
+                    overlap=OverlapPolicy.ALLOW,
+                ),
+                actor="test",
+            )
+
+
+def node(url: str, name: str, log_dir: Path, *args: str) -> Daemon:
+    # A short claim TTL: fires a killed node was running are claimable again within seconds.
+    args = ("--claim-ttl", "3s", *args)
+    return Daemon(url, name, log_dir, lease_ttl=f"{TTL_MS // 1000}s", args=args, env=pg_env())
+
+
+def assert_every_slot_once(reader: Reader, schedules: int, anchor: int, window_end: int) -> None:
+    """Every schedule has exactly the slots of the 1 s grid from `anchor` to `window_end`,
+    each dispatched once, each with its one fire."""
+    per_slot = reader.rows(
+        "SELECT schedule_id, slot_at, count(*) FROM runs WHERE slot_at <= %s "
+        "GROUP BY schedule_id, slot_at",
+        (window_end,),
+    )
+    assert all(count == 1 for _, _, count in per_slot)
+    by_schedule: dict[str, set[int]] = {}
+    for sid, slot_at, _ in per_slot:
+        by_schedule.setdefault(sid, set()).add(slot_at)
+    grid = {anchor + k * SECOND_MS for k in range((window_end - anchor) // SECOND_MS + 1)}
+    assert len(by_schedule) == schedules
+    missing = {sid: sorted(grid - slots)[:5] for sid, slots in by_schedule.items() if slots != grid}
+    assert not missing, f"slots lost or extra: {dict(list(missing.items())[:3])}"
+    assert (
+        reader.one(
+            "SELECT count(*) FROM runs r LEFT JOIN fire_queue f ON f.run_id = r.id "
+            "WHERE f.run_id IS NULL"
+        )
+        == 0
+    )
+
+
+def wait_for_window(reader: Reader, schedules: int, anchor: int, window_end: int) -> None:
+    expected = schedules * ((window_end - anchor) // SECOND_MS + 1)
+    wait_for(
+        lambda: (
+            reader.one("SELECT count(*) FROM runs WHERE slot_at <= %s", (window_end,)) >= expected
+        ),
+        timeout=20,
+        what=f"{expected} runs of the window to be dispatched",
+    )
+
+
+def assert_executed_once_per_attempt(reader: Reader, window_end: int) -> None:
+    """Every run of the window ran to completion; an attempt beyond the first is only ever
+    one whose consumer was killed under it (counted as abandoned)."""
+    wait_for(
+        lambda: (
+            reader.one(
+                "SELECT count(*) FROM runs WHERE slot_at <= %s AND state <> 'completed'",
+                (window_end,),
+            )
+            == 0
+        ),
+        timeout=30,
+        what="every run of the window to complete",
+    )
+    extra = reader.rows(
+        "SELECT id, attempts, abandoned FROM runs WHERE slot_at <= %s "
+        "AND attempts <> abandoned + 1",
+        (window_end,),
+    )
+    assert not extra, f"runs executed more often than their attempts allow: {extra[:5]}"
+
+
+# --- acceptance 2 ----------------------------------------------------------------------------
+
+
+def failover(reader: Reader, killed_at: int, victim: str) -> int:
+    """Milliseconds from the leader's death to the first dispatch by another node."""
+
+    def first_dispatch() -> int | None:
+        found = reader.one(
+            "SELECT min(dispatched_at) FROM runs WHERE dispatched_at > %s AND node_id <> %s",
+            (killed_at, victim),
+        )
+        return None if found is None else int(found)
+
+    wait_for(lambda: first_dispatch() is not None, 10, "another node to dispatch")
+    taken = first_dispatch()
+    assert taken is not None
+    return taken - killed_at
+
+
+def test_three_nodes_fire_every_slot_once_while_the_leader_is_killed_every_3_s(
+    url: str, reader: Reader, tmp_path: Path
+) -> None:
+    schedules = 100
+    anchor = (reader.now_ms() // 1000 + 2) * 1000
+    create_schedules(url, schedules, anchor)
+    chooser = random.Random(7)
+    nodes = [node(url, f"n{i}-g0", tmp_path) for i in range(3)]
+    failovers: list[int] = []
+    try:
+        wait_for(lambda: reader.holder() is not None, 30, "a leader")
+        started = time.monotonic()
+        generation = 0
+        while time.monotonic() - started < 21.0:
+            time.sleep(3.0 * chooser.uniform(0.8, 1.2))
+            holder = reader.holder()
+            victim = next((n for n in nodes if n.node_id == holder), None)
+            if victim is None:
+                continue  # between leaders: the next round kills the new one
+            generation += 1
+            victim.kill()
+            killed_at = reader.now_ms()
+            index = nodes.index(victim)
+            nodes[index] = node(url, f"n{index}-g{generation}", tmp_path)
+            failovers.append(failover(reader, killed_at, victim.node_id))
+        window_end = reader.now_ms() - 1_000
+        wait_for_window(reader, schedules, anchor, window_end)
+        assert_executed_once_per_attempt(reader, window_end)
+    finally:
+        for n in nodes:
+            n.terminate()
+
+    assert_every_slot_once(reader, schedules, anchor, window_end)
+    assert len(failovers) >= 5, failovers
+    assert max(failovers) < TTL_MS + 1_000, failovers
+    leaders = {r[0] for r in reader.rows("SELECT DISTINCT node_id FROM runs")}
+    assert len(leaders) >= 5, leaders
+
+
+# --- acceptance 3 ----------------------------------------------------------------------------
+
+
+def cut_connections(reader: Reader, victim: Daemon) -> int:
+    """Terminate, from the server side, every session of the victim's process."""
+    return int(
+        reader.one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name LIKE %s) AS cut",
+            (f"vortos %:{victim.pid}",),
+        )
+    )
+
+
+def test_a_leader_whose_connections_are_cut_stops_before_its_lease_can_be_taken(
+    url: str, reader: Reader, tmp_path: Path
+) -> None:
+    schedules = 20
+    anchor = (reader.now_ms() // 1000 + 2) * 1000
+    create_schedules(url, schedules, anchor)
+    nodes = [node(url, f"n{i}", tmp_path) for i in range(2)]
+    try:
+        wait_for(
+            lambda: reader.holder() is not None and reader.one("SELECT count(*) FROM runs") > 0,
+            30,
+            "a leader dispatching",
+        )
+        holder = reader.holder()
+        victim = next(n for n in nodes if n.node_id == holder)
+        # Keep cutting for longer than the TTL: the leader cannot renew, must stop by itself,
+        # and the standby takes over when the lease expires.
+        cut_from = reader.now_ms()
+        cuts = 0
+        while reader.now_ms() - cut_from < TTL_MS * 2:
+            cuts += cut_connections(reader, victim)
+            time.sleep(0.05)
+        assert cuts > 0
+        assert reader.holder() not in (None, victim.node_id)
+        taken_at = reader.one("SELECT acquired_at FROM leases WHERE key = %s", (LEADER_LEASE,))
+        # The victim reconnects by itself once the cutting stops, and keeps consuming.
+        time.sleep(3.0)
+        window_end = reader.now_ms() - 1_000
+        wait_for_window(reader, schedules, anchor, window_end)
+        assert_executed_once_per_attempt(reader, window_end)
+        assert victim.process.poll() is None, victim.log
+    finally:
+        for n in nodes:
+            n.terminate()
+
+    assert_every_slot_once(reader, schedules, anchor, window_end)
+    late = reader.one(
+        "SELECT count(*) FROM runs WHERE node_id = %s AND dispatched_at >= %s",
+        (victim.node_id, taken_at),
+    )
+    assert late == 0, "the cut-off leader dispatched after its lease passed to another node"
+    assert "reconnect" in victim.log.lower() or "lost" in victim.log.lower(), victim.log
+
+
+# --- acceptance 4 ----------------------------------------------------------------------------
+
+
+def shard_holders(reader: Reader, count: int) -> dict[int, str | None]:
+    return {i: reader.holder(shard_lease(i, count)) for i in range(count)}
+
+
+def test_four_shards_on_three_nodes_each_have_one_leader_and_move_when_a_node_dies(
+    url: str, reader: Reader, tmp_path: Path
+) -> None:
+    schedules = 40
+    shards = 4
+    anchor = (reader.now_ms() // 1000 + 2) * 1000
+    create_schedules(url, schedules, anchor)
+    nodes = [node(url, f"n{i}", tmp_path, "--shards", str(shards)) for i in range(3)]
+    try:
+        wait_for(
+            lambda: all(h is not None for h in shard_holders(reader, shards).values()),
+            30,
+            "every shard to have a leader",
+        )
+        # Dispatches of each shard come from its holder only: one leader per shard.
+        time.sleep(2.0)
+        held = shard_holders(reader, shards)
+        victim = next(n for n in nodes if n.node_id in held.values())
+        moving = [i for i, h in held.items() if h == victim.node_id]
+        victim.kill()
+        killed_at = reader.now_ms()
+        wait_for(
+            lambda: all(
+                shard_holders(reader, shards)[i] not in (None, victim.node_id) for i in moving
+            ),
+            10,
+            "the killed node's shards to move",
+        )
+        moved_within = reader.now_ms() - killed_at
+        time.sleep(2.0)
+        window_end = reader.now_ms() - 1_000
+        wait_for_window(reader, schedules, anchor, window_end)
+        assert_executed_once_per_attempt(reader, window_end)
+    finally:
+        for n in nodes:
+            n.terminate()
+
+    assert moved_within < TTL_MS + 1_000, moved_within
+    assert_every_slot_once(reader, schedules, anchor, window_end)
+    # Each schedule's slots, per second, came from one node: never two leaders of one shard.
+    split = reader.rows(
+        "SELECT s.shard_key %% %s, r.dispatched_at / 1000, count(DISTINCT r.node_id) "
+        "FROM runs r JOIN schedules s ON s.id = r.schedule_id "
+        "GROUP BY 1, 2 HAVING count(DISTINCT r.node_id) > 1",
+        (shards,),
+    )
+    assert not split, f"a shard dispatched by two nodes within one second: {split[:5]}"
+    dispatchers = {r[0] for r in reader.rows("SELECT DISTINCT node_id FROM runs")}
+    assert len(dispatchers) >= 2, "the shards never spread: one node led them all"
