@@ -24,6 +24,7 @@ BENCHMARKS = [
     "console",
     "audit",
     "observability",
+    "postgres",
 ]
 
 
