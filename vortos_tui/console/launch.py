@@ -10,6 +10,7 @@ from zoneinfo import ZoneInfo
 from textual.binding import Binding
 
 from engine import Engine, SystemClock, open_engine, open_read_model
+from engine.domain.database import shown
 from engine.domain.timeutil import format_duration
 from engine.governance.policy import RoleBasedPolicy
 from vortos_tui.cli.context import CliState, operator
@@ -107,7 +108,7 @@ def run_console(
     # One policy decides what the reads show and which verbs the console offers.
     policy = RoleBasedPolicy()
     context = ConsoleContext(
-        db_label=str(cli.db),
+        db_label=shown(cli.db),
         model=open_read_model(cli.db, operator=who, policy=policy),
         clock=SystemClock(),
         zone=zone_info,

@@ -13,6 +13,7 @@ import typer
 
 from engine import DEFAULT_DB, InvalidInput
 from engine.api import default_node_id
+from engine.domain.database import parse_database
 from engine.domain.timeutil import format_duration, parse_duration, zone
 from engine.runtime.daemon import MIN_LEASE_TTL_MS
 from vortos_tui.cli.context import CliState
@@ -90,9 +91,11 @@ def parse_refresh(text: str) -> float:
 def console(
     ctx: typer.Context,
     db_path: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
-            "--db", envvar="VORTOS_DB", help=f"SQLite database file [default: {DEFAULT_DB}]."
+            "--db",
+            envvar="VORTOS_DB",
+            help=f"SQLite database file, or a postgresql:// URL [default: {DEFAULT_DB}].",
         ),
     ] = None,
     app_modules: Annotated[
@@ -176,7 +179,10 @@ def console(
     root = ctx.find_root().obj
     cli = root if isinstance(root, CliState) else CliState(db=Path(DEFAULT_DB))
     if db_path is not None:
-        cli.db = db_path
+        try:
+            cli.db = parse_database(db_path)
+        except ValueError as exc:
+            raise InvalidInput(f"--db {db_path!r}: {exc}") from None
     if app_modules is not None:
         cli.app = app_modules
     cli.allow_exec += list(allow_exec or [])
