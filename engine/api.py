@@ -21,7 +21,7 @@ from engine.governance.keys import load_keyring, load_postgres_keyring
 from engine.governance.policy import AccessControl, RoleBasedPolicy
 from engine.observability.observer import Observer
 from engine.ports.dispatch import DispatchReport
-from engine.ports.lease import LEADER_LEASE, LeasePort
+from engine.ports.lease import LEADER_LEASE, LeasePort, shard_lease
 from engine.ports.policy import Policy
 from engine.ports.read_model import ReadModel, Viewer
 from engine.ports.storage import Storage
@@ -39,7 +39,6 @@ from engine.runtime.daemon import (
     DEFAULT_TENANT_CAP,
     DaemonConfig,
     SchedulerDaemon,
-    shard_lease,
 )
 from engine.service import ScheduleService
 

@@ -19,7 +19,7 @@ from engine.domain.schedule import MisfireKind, Schedule, ScheduleOrigin, Schedu
 from engine.domain.triggers import OneShotTrigger
 from engine.governance.deadman import Verdict, judged
 from engine.governance.doctor import DoctorContext, Finding, Status
-from engine.ports.lease import LEADER_LEASE
+from engine.ports.lease import LEADER_LEASE, shard_lease
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT
@@ -450,20 +450,36 @@ class LeaseHolder(_Named):
         super().__init__("lease.holder")
 
     def run(self, ctx: DoctorContext) -> Finding:
+        if ctx.shards > 1:
+            return self._shards(ctx)
         leader = ctx.storage.leases.current(LEADER_LEASE)
         if leader is not None:
             return self.ok(f"{leader.holder} leads")
+        return self._nobody(ctx, "no live leader")
+
+    def _shards(self, ctx: DoctorContext) -> Finding:
+        holders = {
+            i: ctx.storage.leases.current(shard_lease(i, ctx.shards)) for i in range(ctx.shards)
+        }
+        orphans = [i for i, lease in holders.items() if lease is None]
+        if not orphans:
+            said = ", ".join(f"{i}: {lease.holder}" for i, lease in holders.items() if lease)
+            return self.ok(f"every one of {ctx.shards} shards has a leader", said)
+        return self._nobody(
+            ctx, f"shard(s) {', '.join(map(str, orphans))} of {ctx.shards} have no live leader"
+        )
+
+    def _nobody(self, ctx: DoctorContext, summary: str) -> Finding:
         due = ctx.storage.dispatcher.next_due_at()
         now = ctx.clock.now_ms()
         if due is not None and due <= now:
             return self.fail(
-                "no live leader while schedules are due",
+                f"{summary} while schedules are due",
                 f"the oldest due slot is {(now - due) // 1000}s late",
-                "start `vortos run` (or check why it stopped: its log, systemd)",
+                "start `vortos run` (or check why it stopped: its log, systemd); with lease "
+                "shards, every node must run with the same --shards",
             )
-        return self.warn(
-            "no live leader", "nothing is due yet", "start `vortos run` before anything is due"
-        )
+        return self.warn(summary, "nothing is due yet", "start `vortos run` before anything is due")
 
 
 class QueueStall(_Named):

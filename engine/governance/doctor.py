@@ -59,7 +59,8 @@ class Finding:
 class DoctorContext:
     """What checks look at. `remote_verify`, when set, verifies the audit chains where the key
     is (a control socket's server) and returns the reports. `commands` and `static` are the
-    app's (None: not given, so those checks are skipped)."""
+    app's (None: not given, so those checks are skipped). `shards`: how many lease shards the
+    daemons lead (each its own lease)."""
 
     storage: Storage
     clock: Clock
@@ -70,6 +71,7 @@ class DoctorContext:
     commands: CommandRegistry | None = None
     static: Sequence[StaticSchedule] | None = None
     read_only: bool = True
+    shards: int = 1  # the deployment's lease shards (the shards setting)
 
 
 class Check(Protocol):

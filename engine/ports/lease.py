@@ -9,6 +9,11 @@ from typing import Protocol
 LEADER_LEASE = "scheduler:leader"
 
 
+def shard_lease(index: int, count: int) -> str:
+    """The key of lease shard `index` of `count`: its leader dispatches that shard's schedules."""
+    return f"{LEADER_LEASE}:shard-{index}-of-{count}"
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A held lease. Instants are those of the backend's clock."""

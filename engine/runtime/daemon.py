@@ -98,11 +98,6 @@ class DaemonConfig:
     shard: tuple[int, int] | None = None
 
 
-def shard_lease(index: int, count: int) -> str:
-    """The lease key of shard `index` of `count`."""
-    return f"{LEADER_LEASE}:shard-{index}-of-{count}"
-
-
 class SchedulerDaemon:
     """One node's scheduling loop. `step()` is one iteration, for tests on a manual clock."""
 

@@ -37,6 +37,7 @@ from engine.governance.doctor import (
     run_checks,
 )
 from engine.ports.fire_queue import Outcome, Settlement
+from engine.ports.lease import shard_lease
 from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT, retention_schedule
 from engine.runtime.consumer import FireQueueConsumer
 from engine.runtime.daemon import SchedulerDaemon
@@ -211,6 +212,17 @@ def _expired_leader(site: Site) -> dict[str, Finding]:
     return site.findings()
 
 
+def _shard_without_leader(site: Site) -> dict[str, Finding]:
+    """With 3 lease shards, shards 0 and 2 are led and shard 1 is not, while slots are due."""
+    site.clock.advance(60)
+    for index in (0, 2):
+        lease = site.engine.storage.leases.acquire(shard_lease(index, 3), "t", "node-x", 60_000)
+        assert lease is not None
+    found = site.findings(shards=3)
+    assert "shard(s) 1 of 3" in found["lease.holder"].summary
+    return found
+
+
 def _stalled_queue(site: Site) -> dict[str, Finding]:
     site.clock.advance(60)
     settle(site.daemon)  # a fire is dispatched, and no consumer comes
@@ -269,6 +281,7 @@ FAILURES: list[tuple[str, Breaker, Status]] = [
     ("governance.sensitive", _sensitive_without_approval, Status.FAIL),
     ("lease.probe", _no_lease_store, Status.FAIL),
     ("lease.holder", _expired_leader, Status.FAIL),
+    ("lease.holder", _shard_without_leader, Status.FAIL),
     ("queue.stall", _stalled_queue, Status.FAIL),
     ("queue.dead_letters", _dead_letter, Status.FAIL),
     ("consumers.alive", _silent_consumers, Status.FAIL),

@@ -8,6 +8,7 @@ one host they stand for hosts, which share nothing but the database.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Iterator
@@ -19,8 +20,8 @@ import pytest
 
 from engine import IntervalTrigger, MisfireKind, MisfirePolicy, OverlapPolicy, ScheduleSpec
 from engine.domain.timeutil import SECOND_MS
-from engine.ports.lease import LEADER_LEASE
-from engine.runtime.daemon import shard_lease
+from engine.ports.lease import LEADER_LEASE, shard_lease
+from tests.conftest import run_cli
 from tests.integration.processes import Daemon, wait_for
 from tests.pg import fresh_schema, pg_engine, pg_env
 
@@ -267,6 +268,14 @@ def test_a_leader_whose_connections_are_cut_stops_before_its_lease_can_be_taken(
 # --- acceptance 4 ----------------------------------------------------------------------------
 
 
+def lease_holder_finding(url: str, shards: int) -> str:
+    """The status of `vortos doctor`'s lease.holder check with the shards setting."""
+    done = run_cli("--db", url, "doctor", "--json", env={**pg_env(), "VORTOS_SHARDS": str(shards)})
+    found = [f for f in json.loads(done.stdout)["findings"] if f["check_id"] == "lease.holder"]
+    assert len(found) == 1, done.stderr
+    return str(found[0]["status"])
+
+
 def shard_holders(reader: Reader, count: int) -> dict[int, str | None]:
     return {i: reader.holder(shard_lease(i, count)) for i in range(count)}
 
@@ -288,6 +297,7 @@ def test_four_shards_on_three_nodes_each_have_one_leader_and_move_when_a_node_di
         # Dispatches of each shard come from its holder only: one leader per shard.
         time.sleep(2.0)
         held = shard_holders(reader, shards)
+        assert lease_holder_finding(url, shards) == "pass"
         victim = next(n for n in nodes if n.node_id in held.values())
         moving = [i for i, h in held.items() if h == victim.node_id]
         victim.kill()

@@ -58,6 +58,7 @@ def run_doctor(cli: CliState) -> Report:
                 diagnostics=engine.storage.diagnostics(),
                 commands=cli.commands(),
                 static=cli.loaded_app().static if cli.app is not None else None,
+                shards=cli.settings.shards,
             ),
             default_checks(),
         )
