@@ -236,15 +236,16 @@ def test_a_leader_whose_connections_are_cut_stops_before_its_lease_can_be_taken(
         )
         holder = reader.holder()
         victim = next(n for n in nodes if n.node_id == holder)
-        # Keep cutting for longer than the TTL: the leader cannot renew, must stop by itself,
-        # and the standby takes over when the lease expires.
+        # Keep cutting until the standby leads: the leader cannot renew, must stop by itself,
+        # and the standby takes over when the lease expires (within TTL + 1 s, and far less
+        # than the deadline on a loaded machine).
         cut_from = reader.now_ms()
         cuts = 0
-        while reader.now_ms() - cut_from < TTL_MS * 2:
+        while reader.holder() in (None, victim.node_id):
+            assert reader.now_ms() - cut_from < TTL_MS * 5, "the standby never took over"
             cuts += cut_connections(reader, victim)
             time.sleep(0.05)
         assert cuts > 0
-        assert reader.holder() not in (None, victim.node_id)
         taken_at = reader.one("SELECT acquired_at FROM leases WHERE key = %s", (LEADER_LEASE,))
         # The victim reconnects by itself once the cutting stops, and keeps consuming.
         time.sleep(3.0)
