@@ -75,8 +75,9 @@ from engine import (
     open_read_model,
 )
 from engine.backends.codec import RUN_COLUMNS, SCHEDULE_COLUMNS, schedule_values
+from engine.backends.sql_read_model import DUE
 from engine.backends.sqlite.connection import connect, schema_sql
-from engine.backends.sqlite.read_model import _DUE, _RECENT
+from engine.backends.sqlite.read_model import _RECENT
 from engine.domain.slots import slot_key
 from engine.service.core import new_schedule
 from vortos_tui.console.app import VortosConsole
@@ -503,10 +504,10 @@ QUERIES = {
     "overview: open fires": "SELECT count(*) FROM fire_queue "
     "WHERE completed_at IS NULL AND discarded_at IS NULL",
     "overview: dead letters": "SELECT count(*) FROM fire_queue WHERE discarded_at IS NOT NULL",
-    "schedules: count(*)": "SELECT count(*) FROM schedules WHERE 1",
-    "schedules: count due": f"SELECT count(*) FROM schedules WHERE {_DUE}",
+    "schedules: count(*)": "SELECT count(*) FROM schedules WHERE true",
+    "schedules: count due": f"SELECT count(*) FROM schedules WHERE {DUE}",
     f"schedules: page of {DEFAULT_PAGE}, with recent runs": f"SELECT {SCHEDULE_COLUMNS}, {_RECENT} "
-    f"FROM schedules WHERE {_DUE} ORDER BY next_fire_at LIMIT {DEFAULT_PAGE} OFFSET 0",
+    f"FROM schedules WHERE {DUE} ORDER BY next_fire_at LIMIT {DEFAULT_PAGE} OFFSET 0",
     f"fires: page of {DEFAULT_PAGE}": f"SELECT {RUN_COLUMNS} FROM runs ORDER BY id DESC "
     f"LIMIT {DEFAULT_PAGE + 1} OFFSET 0",
 }

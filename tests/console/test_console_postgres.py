@@ -14,6 +14,7 @@ import pytest
 from textual.pilot import Pilot
 
 from engine import ManualClock, open_read_model
+from engine.backends.diagnostics import TABLES as ENGINE_TABLES
 from engine.domain.database import Database
 from tests.console.screen_text import screen_lines
 from tests.console.seed import NOW, OPERATOR, ZONE
@@ -24,19 +25,8 @@ from vortos_tui.console.context import ConsoleContext
 SIZE = (160, 48)
 
 
-# Parents first (fire_queue references runs).
-TABLES = (
-    "schedules",
-    "runs",
-    "fire_queue",
-    "leases",
-    "audit_entries",
-    "audit_checkpoints",
-    "audit_verified",
-    "operator_grants",
-    "approvals",
-    "retention_overrides",
-)
+# Every table the engine reads, parents first (fire_queue references runs).
+TABLES = (*ENGINE_TABLES, "retention_overrides")
 
 
 def copy_rows(source: Path, url: str) -> None:

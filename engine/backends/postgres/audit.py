@@ -8,38 +8,26 @@ chain waits for this transaction to end and then reads the head it wrote.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
+from engine.backends.audit import (
+    CHECKPOINT_COLUMNS,
+    COLUMNS,
+    KeySource,
+    SqlAuditLog,
+    entry_values,
+    seal_events,
+)
 from engine.backends.postgres.connection import (
     PgPool,
     advisory_key,
-    first,
     rows,
     storage_errors,
     write_tx,
 )
-from engine.backends.sqlite.audit import (
-    COLUMNS,
-    KeySource,
-    _values,
-    entry_from_row,
-)
-from engine.domain.audit import (
-    CHECKPOINT_EVERY,
-    GENESIS,
-    AuditEntry,
-    AuditEvent,
-    ChainPoint,
-    Checkpoint,
-    KeyRing,
-    checkpoint_message,
-    seal,
-)
-from engine.domain.clock import Clock
-from engine.domain.errors import AuditKeyMissing
+from engine.domain.audit import GENESIS, AuditEntry, AuditEvent, ChainPoint, KeyRing
 
 if TYPE_CHECKING:
     import psycopg
@@ -48,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = ["KeySource", "PostgresAuditLog", "append_in"]
 
-_HEAD = "SELECT seq, hash FROM audit_entries WHERE chain = %s ORDER BY seq DESC LIMIT 1"
 # Locks in the order of the array (a function scan yields its rows in order).
 _LOCK = "SELECT pg_advisory_xact_lock(k) FROM unnest(%b::bigint[]) AS l(k)"
 # Each chain's head through the primary key, one seek per chain.
@@ -60,7 +47,7 @@ _HEADS = (
 # Entries and the checkpoints they complete, in one statement whatever their number; arrays
 # in binary (%b), which psycopg writes several times faster than text.
 _INSERT = (
-    "WITH checkpoints AS (INSERT INTO audit_checkpoints (chain, seq, hash, key_id, signature) "
+    f"WITH checkpoints AS (INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) "
     "SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[])) "
     f"INSERT INTO audit_entries ({COLUMNS}) SELECT * FROM unnest(%b::text[], %b::bigint[], "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[], "
@@ -101,42 +88,15 @@ def append_in(
             chain: ChainPoint(0, GENESIS) if seq is None else ChainPoint(seq, head)
             for chain, seq, head in rows(conn, _HEADS, (chains,))
         }
-        sealed: list[AuditEntry] = []
-        checkpoints: list[tuple[str, int, str, str, str]] = []
-        for event in events:
-            head = heads[event.chain]
-            entry = seal(event, seq=head.seq + 1, at=now_ms, prev_hash=head.hash, keys=keys)
-            sealed.append(entry)
-            heads[entry.chain] = ChainPoint(entry.seq, entry.hash)
-            if entry.seq % CHECKPOINT_EVERY == 0:
-                key_id, signature = keys.sign(
-                    checkpoint_message(entry.chain, entry.seq, entry.hash)
-                )
-                checkpoints.append((entry.chain, entry.seq, entry.hash, key_id, signature))
+        sealed, checkpoints = seal_events(events, heads.__getitem__, now_ms, keys)
         conn.execute(
-            _INSERT, (*_columns(checkpoints, 5), *_columns([_values(e) for e in sealed], 13))
+            _INSERT, (*_columns(checkpoints, 5), *_columns([entry_values(e) for e in sealed], 13))
         )
     return sealed
 
 
-class PostgresAuditLog:
-    def __init__(self, pool: PgPool, clock: Clock, keys: KeySource | None) -> None:
-        self._pool = pool
-        self._clock = clock
-        self._key_source = keys
-        self._keys: KeyRing | None = None
-        self._lock = threading.Lock()
-
-    def keys(self) -> KeyRing:
-        """The key ring, loaded on first need (a database that is only read never needs it)."""
-        with self._lock:
-            if self._keys is None:
-                if self._key_source is None:
-                    raise AuditKeyMissing(
-                        "this engine was opened without an audit key: open it for writing"
-                    )
-                self._keys = self._key_source()
-            return self._keys
+class PostgresAuditLog(SqlAuditLog[PgPool]):
+    CHAINS = _CHAINS
 
     def append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]:
         if not events:
@@ -151,68 +111,3 @@ class PostgresAuditLog:
         """`append` inside the transaction `conn` holds, at `now_ms` (dispatch appends each
         fire's entry in the transaction that writes the fire)."""
         return append_in(conn, events, now_ms, self.keys())
-
-    def is_empty(self) -> bool:
-        with storage_errors(self._pool.where):
-            return first(self._pool.get(), "SELECT 1 FROM audit_entries LIMIT 1") is None
-
-    def head(self, chain: str) -> ChainPoint:
-        with storage_errors(self._pool.where):
-            found = first(self._pool.get(), _HEAD, (chain,))
-        return ChainPoint(found[0], found[1]) if found else ChainPoint(0, GENESIS)
-
-    def chains(self) -> list[str]:
-        with storage_errors(self._pool.where):
-            found = rows(self._pool.get(), _CHAINS)
-        return [r[0] for r in found]
-
-    def entries(self, chain: str, *, after_seq: int = 0, limit: int = 10_000) -> list[AuditEntry]:
-        with storage_errors(self._pool.where):
-            found = rows(
-                self._pool.get(),
-                f"SELECT {COLUMNS} FROM audit_entries WHERE chain = %s AND seq > %s "
-                "ORDER BY seq LIMIT %s",
-                (chain, after_seq, limit),
-            )
-        return [entry_from_row(r) for r in found]
-
-    def latest(self, chain: str | None = None, *, limit: int = 20) -> list[AuditEntry]:
-        sql = f"SELECT {COLUMNS} FROM audit_entries WHERE chain = %s ORDER BY seq DESC LIMIT %s"
-        wanted = [chain] if chain is not None else self.chains()
-        found: list[AuditEntry] = []
-        with storage_errors(self._pool.where):
-            conn = self._pool.get()
-            for one in wanted:  # each chain's newest through its key, then merged by time
-                found += [entry_from_row(r) for r in rows(conn, sql, (one, limit))]
-        found.sort(key=lambda e: (e.at, e.chain, e.seq), reverse=True)
-        return found[:limit]
-
-    def checkpoints(self, chain: str, *, after_seq: int = 0) -> list[Checkpoint]:
-        with storage_errors(self._pool.where):
-            found = rows(
-                self._pool.get(),
-                "SELECT chain, seq, hash, key_id, signature FROM audit_checkpoints "
-                "WHERE chain = %s AND seq > %s ORDER BY seq",
-                (chain, after_seq),
-            )
-        return [Checkpoint(*r) for r in found]
-
-    def verified(self, chain: str) -> Checkpoint | None:
-        with storage_errors(self._pool.where):
-            found = first(
-                self._pool.get(),
-                "SELECT chain, seq, hash, key_id, signature FROM audit_verified WHERE chain = %s",
-                (chain,),
-            )
-        return None if found is None else Checkpoint(*found)
-
-    def mark_verified(self, chain: str, point: ChainPoint) -> None:
-        key_id, signature = self.keys().sign(checkpoint_message(chain, point.seq, point.hash))
-        with storage_errors(self._pool.where):
-            self._pool.get().execute(
-                "INSERT INTO audit_verified (chain, seq, hash, verified_at, key_id, signature) "
-                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (chain) DO UPDATE SET "
-                "seq = excluded.seq, hash = excluded.hash, verified_at = excluded.verified_at, "
-                "key_id = excluded.key_id, signature = excluded.signature",
-                (chain, point.seq, point.hash, self._clock.now_ms(), key_id, signature),
-            )

@@ -22,6 +22,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from engine.backends.sql import Args, Dialect
 from engine.domain.errors import StorageError, VortosError
 
 try:  # the `postgres` extra
@@ -160,8 +161,35 @@ def validate_url(url: str) -> None:
         )
 
 
+def tenants_clause(column: str, tenants: frozenset[str] | None) -> tuple[str | None, list[Any]]:
+    """The SQL condition keeping only rows of `tenants` (None: every tenant, no condition)."""
+    if tenants is None:
+        return None, []
+    if not tenants:
+        return "false", []  # a scope with no tenant sees nothing
+    return f"{column} = ANY(%s)", [sorted(tenants)]
+
+
+def _starts_with(column: str, prefix: str) -> tuple[str, list[Any]]:
+    return f"starts_with({column}, %s)", [prefix]
+
+
+DIALECT = Dialect(
+    mark="%s",
+    named="%({})s",
+    in_list="{column} = ANY({mark}::{type}[])",
+    bind_list=list,
+    tenants=tenants_clause,
+    starts_with=_starts_with,
+    byte_order=' COLLATE "C"',  # whatever the database's collation
+)
+
+
 class PgPool:
-    """One connection per thread from a psycopg-pool pool, opened lazily, replaced when broken."""
+    """One connection per thread from a psycopg-pool pool, opened lazily, replaced when broken
+    (the SqlPool the shared store code runs on)."""
+
+    dialect = DIALECT
 
     def __init__(self, url: str, *, readonly: bool = False, max_size: int = POOL_MAX) -> None:
         require_driver()
@@ -215,6 +243,20 @@ class PgPool:
             self._local.conn = conn
         return conn
 
+    def read(self, sql: str, args: Args = ()) -> list[Row]:
+        with storage_errors(self.where):
+            return self.get().execute(sql, args).fetchall()
+
+    def write(self, sql: str, args: Args = ()) -> int:
+        with self.transaction() as conn:
+            return int(conn.execute(sql, args).rowcount)
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Row]]:
+        conn = self.get()
+        with storage_errors(self.where), write_tx(conn):
+            yield conn
+
     def release_current(self) -> None:
         """Give this thread's connection back (a thread that is about to end, or a broken one:
         the pool discards a broken connection)."""
@@ -262,15 +304,6 @@ def first(
 def scalar(conn: psycopg.Connection[Row], sql: str, args: tuple[Any, ...] | list[Any] = ()) -> Any:
     row = first(conn, sql, args)
     return None if row is None else row[0]
-
-
-def tenants_clause(column: str, tenants: frozenset[str] | None) -> tuple[str | None, list[Any]]:
-    """The SQL condition keeping only rows of `tenants` (None: every tenant, no condition)."""
-    if tenants is None:
-        return None, []
-    if not tenants:
-        return "false", []  # a scope with no tenant sees nothing
-    return f"{column} = ANY(%s)", [sorted(tenants)]
 
 
 def advisory_key(name: str) -> int:

@@ -1,5 +1,6 @@
-"""Diagnostics on PostgreSQL: the schema's version and place, a read of each table, the fire
-queue's age, and how far this host's clock is from the server's."""
+"""Diagnostics on PostgreSQL: the schema's version and place, a read of each table, and how far
+this host's clock is from the server's (the queue's age and the zones are
+engine.backends.diagnostics')."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 
 import psycopg
 
+from engine.backends.diagnostics import SqlDiagnostics, unreadable_tables
 from engine.backends.postgres.connection import (
     SCHEMA_VERSION,
     PgPool,
@@ -16,42 +18,25 @@ from engine.backends.postgres.connection import (
     schema_version,
     storage_errors,
 )
-from engine.ports.diagnostics import QueueFacts, StorageFacts
+from engine.ports.diagnostics import StorageFacts
 
-TABLES = (
-    "schedules",
-    "runs",
-    "fire_queue",
-    "leases",
-    "audit_entries",
-    "audit_checkpoints",
-    "audit_verified",
-    "operator_grants",
-    "approvals",
-)
 # Round trips to sample the server's clock; the one with the least delay is kept (its
 # midpoint is the best estimate of the instant the server read its clock).
 SKEW_SAMPLES = 5
 
-_WAITING = (
-    "FROM fire_queue WHERE completed_at IS NULL AND discarded_at IS NULL "
-    "AND available_at <= %(now)s AND (lease_token IS NULL OR consumed_till <= %(now)s)"
-)
-# One statement, so one snapshot: the four facts agree with each other.
-_QUEUE_FACTS = (
-    f"SELECT (SELECT min(available_at) {_WAITING}), (SELECT count(*) {_WAITING}), "
-    "(SELECT max(started_at) FROM runs), "
-    "(SELECT count(*) FROM fire_queue WHERE discarded_at IS NOT NULL)"
-)
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
 
 
-class PostgresDiagnostics:
+class PostgresDiagnostics(SqlDiagnostics[PgPool]):
     """`clock_skew_ms`, when given, says the server's clock minus this host's as something else
     already measured it (a DatabaseClock); without it, or when it has no answer, the skew is
     measured at each call."""
 
     def __init__(self, pool: PgPool, clock_skew_ms: Callable[[], int | None] | None = None) -> None:
-        self._pool = pool
+        super().__init__(pool)
         self._clock_skew_ms = clock_skew_ms
 
     def storage_facts(self) -> StorageFacts:
@@ -71,31 +56,7 @@ class PostgresDiagnostics:
 
     def unreadable_tables(self) -> dict[str, str]:
         conn = self._pool.get()
-        problems: dict[str, str] = {}
-        for table in TABLES:
-            try:
-                rows(conn, f"SELECT 1 FROM {table} LIMIT 1")
-            except psycopg.Error as exc:
-                text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                problems[table] = f"{type(exc).__name__}: {text}"
-        return problems
-
-    def queue_facts(self, now_ms: int) -> QueueFacts:
-        with storage_errors(self._pool.where):
-            found = self._pool.get().execute(_QUEUE_FACTS, {"now": now_ms}).fetchone()
-        assert found is not None
-        oldest, count, last, dead = found
-        return QueueFacts(
-            oldest_waiting_at=None if oldest is None else int(oldest),
-            waiting=int(count),
-            last_claim_at=None if last is None else int(last),
-            dead_letters=int(dead),
-        )
-
-    def zones_in_use(self) -> list[str]:
-        with storage_errors(self._pool.where):
-            found = rows(self._pool.get(), "SELECT DISTINCT timezone FROM schedules ORDER BY 1")
-        return [str(r[0]) for r in found]
+        return unreadable_tables(lambda sql: rows(conn, sql), psycopg.Error, _first_line)
 
     def clock_skew_ms(self) -> int | None:
         """The server's clock minus this host's, in ms (to within half a round trip)."""

@@ -16,24 +16,26 @@ needs:
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.backends.codec import SCHEDULE_COLUMNS, schedule_from_row
+from engine.backends.dispatch import (
+    ACTIVE,
+    DUE_COLUMNS,
+    TENANTS,
+    Advance,
+    Planned,
+    SqlDispatcher,
+    check_fence,
+    check_shard,
+    fired,
+    plan_due,
+)
 from engine.backends.fairness import fair_share
 from engine.backends.postgres.audit import PostgresAuditLog, append_in
-from engine.backends.postgres.connection import (
-    PgPool,
-    Row,
-    first,
-    rows,
-    storage_errors,
-    write_tx,
-)
-from engine.backends.sqlite.dispatch import Advance, Planned, check_shard, fired, plan_due
-from engine.domain.errors import LeaseExpired, LeaseNotOwned, VortosError
-from engine.domain.schedule import Schedule, canonical_json
+from engine.backends.postgres.connection import PgPool, Row, first, rows
+from engine.domain.errors import VortosError
 from engine.ports.dispatch import DispatchReport, Resolver
 
 if TYPE_CHECKING:
@@ -45,24 +47,15 @@ _FENCE = (
     "SELECT set_config('vortos.quiet', 'on', true), token, expires_at "
     "FROM leases WHERE key = %s FOR SHARE"
 )
-_ACTIVE = "status = 'active' AND next_fire_at IS NOT NULL"
-_DUE_COLUMNS = "id, version, next_slot_at, tenant, next_fire_at"
 _SHARD = " AND mod(shard_key, %(count)s) = %(index)s"
 _DUE = (
-    f"SELECT {_DUE_COLUMNS} FROM schedules WHERE {_ACTIVE} AND next_fire_at <= %(until)s"
+    f"SELECT {DUE_COLUMNS} FROM schedules WHERE {ACTIVE} AND next_fire_at <= %(until)s"
     "{shard} ORDER BY next_fire_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED"
-)
-# The tenants with any active schedule, one index seek each (a skip scan), not a table scan.
-_TENANTS = (
-    "WITH RECURSIVE t(name) AS ("
-    f"SELECT (SELECT min(tenant) FROM schedules WHERE {_ACTIVE}) "
-    f"UNION ALL SELECT (SELECT min(tenant) FROM schedules WHERE {_ACTIVE} AND tenant > t.name) "
-    "FROM t WHERE t.name IS NOT NULL) SELECT name FROM t WHERE name IS NOT NULL"
 )
 # Up to n due schedules of each tenant, through `schedules_due_by_tenant`.
 _DUE_IN_TENANTS = (
     "SELECT d.* FROM unnest(%(tenants)b::text[]) AS t(name) CROSS JOIN LATERAL ("
-    f"SELECT {_DUE_COLUMNS} FROM schedules WHERE {_ACTIVE} AND tenant = t.name "
+    f"SELECT {DUE_COLUMNS} FROM schedules WHERE {ACTIVE} AND tenant = t.name "
     "AND next_fire_at <= %(until)s{shard} ORDER BY next_fire_at LIMIT %(n)s "
     "FOR UPDATE SKIP LOCKED) AS d"
 )
@@ -90,9 +83,6 @@ _WRITE = (
     "AS m(id, next_slot_at, next_fire_at) WHERE s.id = m.id) "
     "SELECT id, tenant, slot_key FROM landed"
 )
-# Decoded definitions of recently due schedules. Bounded: the daemon must not hold every
-# schedule in memory when a million are stored.
-_CACHE_SIZE = 50_000
 
 
 def _shard_args(shard: tuple[int, int] | None) -> tuple[str, dict[str, int]]:
@@ -108,11 +98,13 @@ def _rows(conn: psycopg.Connection[Row], sql: str, args: Mapping[str, Any]) -> l
     return conn.execute(sql, args).fetchall()
 
 
-class PostgresDispatcher:
+class PostgresDispatcher(SqlDispatcher[PgPool]):
     def __init__(self, pool: PgPool, audit: PostgresAuditLog) -> None:
-        self._pool = pool
+        super().__init__(pool)
         self._audit = audit
-        self._definitions: OrderedDict[str, tuple[int, Schedule, str]] = OrderedDict()
+
+    def _shard(self, shard: tuple[int, int] | None) -> tuple[str, dict[str, int]]:
+        return _shard_args(shard)
 
     def dispatch_due(
         self,
@@ -129,14 +121,10 @@ class PostgresDispatcher:
     ) -> DispatchReport:
         sharded, shard_args = _shard_args(shard)
         keys = self._audit.keys()  # before any lock is taken: it may have to be loaded
-        conn = self._pool.get()
         report = DispatchReport()
-        with storage_errors(self._pool.where), write_tx(conn):
+        with self._pool.transaction() as conn:
             lease = first(conn, _FENCE, (lease_key,))
-            if lease is None or lease[1] != token:
-                raise LeaseNotOwned(f"lease {lease_key} is not held by this node")
-            if lease[2] <= now_ms:
-                raise LeaseExpired(f"lease {lease_key} expired before dispatch")
+            check_fence(lease_key, token, now_ms, None if lease is None else (lease[1], lease[2]))
             until = now_ms if until_ms is None else until_ms
             due = _rows(
                 conn, _DUE.format(shard=sharded), {"until": until, "limit": limit, **shard_args}
@@ -212,18 +200,8 @@ class PostgresDispatcher:
             )
 
         return fair_share(
-            due, limit, cap, report, lambda: [r[0] for r in rows(conn, _TENANTS)], due_in
+            due, limit, cap, report, lambda: [r[0] for r in rows(conn, TENANTS)], due_in
         )
-
-    def next_due_at(self, shard: tuple[int, int] | None = None) -> int | None:
-        sharded, shard_args = _shard_args(shard)
-        with storage_errors(self._pool.where):
-            found = _rows(
-                self._pool.get(),
-                f"SELECT min(next_fire_at) FROM schedules WHERE {_ACTIVE}{sharded}",
-                shard_args,
-            )
-        return None if found[0][0] is None else int(found[0][0])
 
     def _load_definitions(self, conn: psycopg.Connection[Row], due: list[Row]) -> None:
         """Read, in one statement, the definitions of the due schedules not cached at their
@@ -241,27 +219,4 @@ class PostgresDispatcher:
             except VortosError:
                 self._definitions.pop(row[0], None)  # _definition reads it again and says why
                 continue
-            self._remember(schedule, canonical_json(dict(schedule.payload)))
-
-    def _remember(self, schedule: Schedule, payload: str) -> None:
-        self._definitions[schedule.id] = (schedule.version, schedule, payload)
-        self._definitions.move_to_end(schedule.id)
-        if len(self._definitions) > _CACHE_SIZE:
-            self._definitions.popitem(last=False)
-
-    def _definition(self, schedule_id: str, version: int) -> tuple[Schedule, str]:
-        cached = self._definitions.get(schedule_id)
-        if cached is not None and cached[0] == version:
-            self._definitions.move_to_end(schedule_id)
-            return cached[1], cached[2]
-        # Not loaded (undecodable, or evicted by a batch larger than the cache): read it alone.
-        row = first(
-            self._pool.get(),
-            f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = %s",
-            (schedule_id,),
-        )
-        assert row is not None
-        schedule = schedule_from_row(row)
-        payload = canonical_json(dict(schedule.payload))
-        self._remember(schedule, payload)
-        return schedule, payload
+            self._remember(schedule)

@@ -1,4 +1,5 @@
-"""The fire queue in PostgreSQL: claim, heartbeat, settle, requeue, purge, enqueue.
+"""The fire queue in PostgreSQL: claim, heartbeat, settle, requeue (the rest is
+engine.backends.fire_queue's).
 
 SQLite runs every call alone; here consumers on many hosts claim at once (READ COMMITTED), and
 each guarantee holds by the locks it needs. A claim:
@@ -24,48 +25,34 @@ lock: a superseded token is reported stale and changes nothing.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import psycopg
 
+from engine.backends.fire_queue import SettlePlan, SqlFireQueue, held_and_looked
 from engine.backends.fire_rows import (
+    CANDIDATES,
     CLEAR_CLAIM,
     FIRE_COLUMNS,
-    FIRE_FROM,
-    OPEN,
+    candidate_from_row,
     claimable_clause,
     fire_from_row,
     settle_fire_sql,
-    settle_fire_values,
-    state_clause,
+    settle_run_sql,
+    stale_ack_sql,
 )
 from engine.backends.postgres.connection import (
     PgPool,
     Row,
     advisory_key,
     rows,
-    scalar,
-    storage_errors,
-    write_tx,
 )
 from engine.backends.postgres.runs import insert_run
-from engine.domain.clock import Clock
 from engine.domain.overlap import Candidate, ClaimPlan, plan_claim
-from engine.domain.run import NewRun, RunKind, RunState
-from engine.domain.schedule import OverlapPolicy, ScheduleStatus, canonical_json
-from engine.ports.fire_queue import (
-    Claim,
-    EnqueueReport,
-    Fire,
-    FireQuery,
-    HeartbeatReport,
-    NewFire,
-    Outcome,
-    Settlement,
-    SettleReport,
-)
+from engine.domain.run import NewRun, RunState
+from engine.domain.schedule import OverlapPolicy
+from engine.ports.fire_queue import Claim, Outcome
 
 Conn: TypeAlias = psycopg.Connection[Row]
 
@@ -73,12 +60,7 @@ _CLAIMABLE = claimable_clause("%(now)s")
 # Where a claim looks, before any lock: the general scan (every schedule but those held back
 # by a running fire) and, apart, the held ones it must still decide about; each has its own
 # cap, so that one schedule's long backlog hides no one else's fires.
-_SCAN = (
-    "(SELECT f.run_id, f.schedule_id, r.kind, s.overlap, s.status, f.available_at "
-    "FROM fire_queue f JOIN runs r ON r.id = f.run_id "
-    "LEFT JOIN schedules s ON s.id = f.schedule_id "
-    "WHERE {where} ORDER BY f.available_at, f.run_id LIMIT %(cap)s)"
-)
+_SCAN = f"({CANDIDATES} WHERE {{where}} ORDER BY f.available_at, f.run_id LIMIT %(cap)s)"
 _SCANS = (
     _SCAN.format(where=f"{_CLAIMABLE}{{only}} AND f.schedule_id <> ALL(%(held)s::text[])")
     + " UNION ALL "
@@ -86,10 +68,8 @@ _SCANS = (
 )
 # The fires seen, read again once their schedules are locked.
 _RESCAN = (
-    "SELECT f.run_id, f.schedule_id, r.kind, s.overlap, s.status, f.available_at "
-    "FROM fire_queue f JOIN runs r ON r.id = f.run_id "
-    "LEFT JOIN schedules s ON s.id = f.schedule_id "
-    f"WHERE f.run_id = ANY(%(ids)s::bigint[]) AND {_CLAIMABLE} ORDER BY f.available_at, f.run_id"
+    f"{CANDIDATES} WHERE f.run_id = ANY(%(ids)s::bigint[]) AND {_CLAIMABLE} "
+    "ORDER BY f.available_at, f.run_id"
 )
 # The fires a plan changes, if still claimable and not held by anyone else.
 _LOCK_FIRES = (
@@ -131,21 +111,12 @@ _UNRUN = (
 _SETTLE_FIRE = {
     outcome: settle_fire_sql(outcome, "%s") + " AND lease_token = %s" for outcome in Outcome
 }
+_SETTLE_RUN = settle_run_sql("%s")
+_STALE_ACK = stale_ack_sql("%s")
 
 
 def _schedule_lock(schedule_id: str) -> int:
     return advisory_key(f"vortos.fire_queue.schedule:{schedule_id}")
-
-
-def _candidate(r: Row) -> Candidate:
-    """A row of _SCAN or _RESCAN."""
-    return Candidate(
-        run_id=r[0],
-        schedule_id=r[1],
-        kind=RunKind(r[2]),
-        policy=None if r[3] is None else OverlapPolicy(r[3]),
-        active=r[4] == ScheduleStatus.ACTIVE.value,
-    )
 
 
 def _named(conn: Conn, sql: str, args: Mapping[str, Any]) -> list[Row]:
@@ -153,56 +124,15 @@ def _named(conn: Conn, sql: str, args: Mapping[str, Any]) -> list[Row]:
     return conn.execute(sql, args).fetchall()
 
 
-class PostgresFireQueue:
-    def __init__(self, pool: PgPool, clock: Clock) -> None:
-        self._pool = pool
-        self._clock = clock
+class PostgresFireQueue(SqlFireQueue[PgPool]):
+    def _insert_run(self, conn: Conn, run: NewRun, now: int) -> int | None:
+        return insert_run(conn, run, now)
 
     # -- consumers --------------------------------------------------------------------------
 
-    def claim(
-        self,
-        *,
-        consumer: str,
-        ttl_ms: int,
-        limit: int,
-        commands: Collection[str] | None = None,
-    ) -> Claim:
-        conn = self._pool.get()
-        with storage_errors(self._pool.where), write_tx(conn):
-            return self._claim_in(conn, consumer, ttl_ms, limit, commands)
-
-    def settle_and_claim(
-        self,
-        settlements: Mapping[str, Sequence[Settlement]],
-        *,
-        consumer: str,
-        ttl_ms: int,
-        limit: int,
-        commands: Collection[str] | None = None,
-    ) -> tuple[dict[str, SettleReport], Claim]:
-        conn = self._pool.get()
-        with storage_errors(self._pool.where), write_tx(conn):
-            reports = {
-                token: self._settle_in(conn, token, consumer, batch)
-                for token, batch in settlements.items()
-            }
-            return reports, self._claim_in(conn, consumer, ttl_ms, limit, commands)
-
-    def _claim_in(
-        self,
-        conn: Conn,
-        consumer: str,
-        ttl_ms: int,
-        limit: int,
-        commands: Collection[str] | None,
-    ) -> Claim:
-        if ttl_ms <= 0:
-            raise ValueError("a claim's TTL must be positive")
-        now = self._clock.now_ms()
-        claim = Claim(token=secrets.token_hex(16), consumer=consumer, claimed_till=now + ttl_ms)
-        if limit <= 0:
-            return claim
+    def _take(
+        self, conn: Conn, claim: Claim, now: int, limit: int, commands: Collection[str] | None
+    ) -> None:
         args: dict[str, Any] = {"now": now, "cap": limit * 2 + 32}
         only = ""
         if commands is not None:
@@ -213,7 +143,7 @@ class PostgresFireQueue:
         # A deleted schedule's fires are skipped whatever else happens: they need no lock.
         ids = [c.run_id for c in seen if c.policy is None or c.schedule_id in locked]
         if not ids:
-            return claim
+            return
         running, found = self._reread(conn, now, ids, locked)
         plan = self._lock_plan(conn, args, found, running, limit)
         self._apply_claim(conn, claim, plan.claim, now)
@@ -234,7 +164,6 @@ class PostgresFireQueue:
                 )
             }
             claim.cancel_requested = [rid for rid in asked if rid in still]
-        return claim
 
     @staticmethod
     def _scan(
@@ -253,21 +182,9 @@ class PostgresFireQueue:
         ):
             running.setdefault(sid, []).append(rid)
             defined[sid] = (overlap, status)
-        # A running schedule whose fires may run beside it (allow, active) is claimed from like
-        # any other; the other running ones are looked at apart, except an active buffer-all
-        # one, whose fires all simply wait. (A deleted schedule's fires are read, to be skipped.)
-        held = sorted(
-            sid
-            for sid, d in defined.items()
-            if d != (OverlapPolicy.ALLOW.value, ScheduleStatus.ACTIVE.value)
-        )
-        looked = [
-            sid
-            for sid in held
-            if defined[sid] != (OverlapPolicy.BUFFER_ALL.value, ScheduleStatus.ACTIVE.value)
-        ]
+        held, looked = held_and_looked(running, defined)
         found = _named(conn, _SCANS.format(only=only), {**args, "held": held, "looked": looked})
-        return [_candidate(r) for r in sorted(found, key=lambda r: (r[5], r[0]))], running
+        return [candidate_from_row(r) for r in sorted(found, key=lambda r: (r[5], r[0]))], running
 
     @staticmethod
     def _reread(
@@ -290,7 +207,7 @@ class PostgresFireQueue:
             running.setdefault(sid, []).append(rid)
         found = [
             c
-            for c in map(_candidate, fresh.fetchall())
+            for c in map(candidate_from_row, fresh.fetchall())
             if c.policy is None
             or (
                 c.schedule_id in locked
@@ -398,241 +315,51 @@ class PostgresFireQueue:
             },
         )
 
-    def heartbeat(self, token: str, ttl_ms: int, run_ids: Sequence[int]) -> HeartbeatReport:
-        report = HeartbeatReport()
-        if not run_ids:
-            return report
-        conn = self._pool.get()
-        with storage_errors(self._pool.where), write_tx(conn):
-            now = self._clock.now_ms()
-            # One conditional statement: a fire another claim took meanwhile is not matched.
-            extended = rows(
-                conn,
-                "UPDATE fire_queue SET consumed_till = %s WHERE lease_token = %s "
-                "AND run_id = ANY(%s::bigint[]) RETURNING run_id, cancel_requested_at",
-                (now + ttl_ms, token, list(run_ids)),
-            )
-        held = {r[0]: r[1] for r in extended}
-        for rid in run_ids:
-            if rid not in held:
-                report.stale.append(rid)
-                continue
-            report.extended.append(rid)
-            if held[rid] is not None:
-                report.cancel_requested.append(rid)
-        return report
+    @staticmethod
+    def _extend(conn: Conn, token: str, till: int, run_ids: Sequence[int]) -> dict[int, Any]:
+        # One conditional statement: a fire another claim took meanwhile is not matched.
+        extended = rows(
+            conn,
+            "UPDATE fire_queue SET consumed_till = %s WHERE lease_token = %s "
+            "AND run_id = ANY(%s::bigint[]) RETURNING run_id, cancel_requested_at",
+            (till, token, list(run_ids)),
+        )
+        return {r[0]: r[1] for r in extended}
 
-    def settle(self, token: str, consumer: str, settlements: Sequence[Settlement]) -> SettleReport:
-        if not settlements:
-            return SettleReport()
-        conn = self._pool.get()
-        with storage_errors(self._pool.where), write_tx(conn):
-            return self._settle_in(conn, token, consumer, settlements)
-
-    def _settle_in(
-        self,
-        conn: Conn,
-        token: str,
-        consumer: str,
-        settlements: Sequence[Settlement],
-    ) -> SettleReport:
-        report = SettleReport()
-        if not settlements:
-            return report
-        now = self._clock.now_ms()
-        # Locked in run id order; a fire another claim took meanwhile no longer matches.
-        held = {
+    @staticmethod
+    def _held(conn: Conn, token: str, run_ids: list[int]) -> set[int]:
+        # Locked in run id order, until the settle commits.
+        return {
             r[0]
             for r in rows(
                 conn,
                 "SELECT run_id FROM fire_queue WHERE lease_token = %s "
                 "AND run_id = ANY(%s::bigint[]) ORDER BY run_id FOR UPDATE",
-                (token, [s.run_id for s in settlements]),
+                (token, run_ids),
             )
         }
-        fire_updates: dict[Outcome, list[tuple[Any, ...]]] = {}
-        run_updates: list[tuple[Any, ...]] = []
-        stale_counted: list[tuple[Any, ...]] = []
-        for s in settlements:
-            if s.run_id not in held:
-                report.stale.append(s.run_id)
-                if s.outcome is not Outcome.RELEASE:
-                    stale_counted.append((consumer, now, s.run_id))
-                continue
-            held.discard(s.run_id)  # a second settlement of one fire in a batch is stale
-            report.acked.append(s.run_id)
-            fire_updates.setdefault(s.outcome, []).append((*settle_fire_values(s, now), token))
-            finished = None if s.outcome is Outcome.RELEASE else (s.finished_at or now)
-            run_updates.append(
-                (s.run_state.value, s.error, s.output, s.exit_code, finished, s.run_id)
-            )
+
+    @staticmethod
+    def _write_settle(conn: Conn, token: str, plan: SettlePlan) -> None:
         with conn.cursor() as cur:
-            for outcome, values in fire_updates.items():
-                cur.executemany(_SETTLE_FIRE[outcome], values)
-            if run_updates:
-                cur.executemany(
-                    "UPDATE runs SET state = %s, error = %s, output = %s, exit_code = %s, "
-                    "finished_at = %s WHERE id = %s",
-                    run_updates,
-                )
-            if stale_counted:
-                cur.executemany(
-                    "UPDATE fire_queue SET stale_ack_count = stale_ack_count + 1, "
-                    "last_stale_ack_by = %s, last_stale_ack_at = %s WHERE run_id = %s",
-                    stale_counted,
-                )
-        return report
-
-    # -- manual fires -----------------------------------------------------------------------
-
-    def enqueue(self, fires: Sequence[NewFire], *, available_at: int) -> EnqueueReport:
-        report = EnqueueReport()
-        if not fires:
-            return report
-        conn = self._pool.get()
-        with storage_errors(self._pool.where), write_tx(conn):
-            now = self._clock.now_ms()
-            for fire in fires:
-                run_id = insert_run(
-                    conn,
-                    NewRun(
-                        tenant=fire.tenant,
-                        schedule_id=fire.schedule_id,
-                        schedule_name=fire.schedule_name,
-                        slot_key=fire.slot_key,
-                        slot_at=fire.slot_at,
-                        due_at=fire.due_at,
-                        kind=fire.kind,
-                        node_id=fire.node_id,
-                    ),
-                    now,
-                )
-                if run_id is None:
-                    report.already.append(fire.slot_key)
-                    continue
-                conn.execute(
-                    "INSERT INTO fire_queue (run_id, tenant, schedule_id, slot_at, command, "
-                    "payload, available_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-                    (
-                        run_id,
-                        fire.tenant,
-                        fire.schedule_id,
-                        fire.slot_at,
-                        fire.command,
-                        canonical_json(fire.payload),
-                        available_at,
-                        now,
-                    ),
-                )
-                report.inserted.append(run_id)
-        return report
+            for outcome, values in plan.fires.items():
+                cur.executemany(_SETTLE_FIRE[outcome], [(*v, token) for v in values])
+            if plan.runs:
+                cur.executemany(_SETTLE_RUN, plan.runs)
+            if plan.stale:
+                cur.executemany(_STALE_ACK, plan.stale)
 
     # -- operators --------------------------------------------------------------------------
 
-    def get(self, run_id: int) -> Fire | None:
-        found = self.read(FireQuery(run_ids=(run_id,), limit=1))
-        return found[0] if found else None
-
-    def read(self, query: FireQuery) -> list[Fire]:
-        clauses: list[str] = []
-        args: dict[str, Any] = {"now": self._clock.now_ms(), "limit": query.limit}
-        if query.tenant is not None:
-            clauses.append("f.tenant = %(tenant)s")
-            args["tenant"] = query.tenant
-        if query.tenants is not None:  # an empty scope matches nothing
-            clauses.append("f.tenant = ANY(%(scope)s::text[])")
-            args["scope"] = sorted(query.tenants)
-        if query.schedule_id is not None:
-            clauses.append("f.schedule_id = %(sid)s")
-            args["sid"] = query.schedule_id
-        if query.run_ids is not None:
-            clauses.append("f.run_id = ANY(%(ids)s::bigint[])")
-            args["ids"] = list(query.run_ids)
-        if query.states:
-            either = " OR ".join(f"({state_clause(s, '%(now)s')})" for s in sorted(query.states))
-            clauses.append(f"({either})")
-        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        sql = f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} {where} ORDER BY f.run_id LIMIT %(limit)s"
-        with storage_errors(self._pool.where):
-            return [fire_from_row(r) for r in _named(self._pool.get(), sql, args)]
-
-    def requeue(self, run_ids: Sequence[int] | None, *, at: int, tenant: str | None = None) -> int:
-        conn = self._pool.get()
-        with storage_errors(self._pool.where), write_tx(conn):
-            # Never a completed fire: that would run a completed run again.
-            where, args = self._selection(run_ids, tenant, dead_only=run_ids is None)
-            targets = [
-                r[0]
-                for r in _named(
-                    conn,
-                    "UPDATE fire_queue AS f SET available_at = %(at)s, discarded_at = NULL, "
-                    "discard_reason = NULL, consecutive_failures = 0, "
-                    f"requeued_at_attempt = attempts, {CLEAR_CLAIM} {where} RETURNING f.run_id",
-                    {**args, "at": at},
-                )
-            ]
-            if not targets:
-                return 0
-            conn.execute(
-                "UPDATE runs SET state = 'dispatched', finished_at = NULL "
-                "WHERE id = ANY(%s::bigint[]) AND state <> 'dispatched'",
-                (targets,),
-            )
-        return len(targets)
-
-    def purge(self, run_ids: Sequence[int] | None, *, tenant: str | None = None) -> int:
-        conn = self._pool.get()
-        with storage_errors(self._pool.where), write_tx(conn):
-            where, args = self._selection(run_ids, tenant, dead_only=True)
-            return conn.execute(f"DELETE FROM fire_queue AS f {where}", args).rowcount
-
     @staticmethod
-    def _selection(
-        run_ids: Sequence[int] | None, tenant: str | None, *, dead_only: bool
-    ) -> tuple[str, dict[str, Any]]:
-        clauses = ["f.completed_at IS NULL"]
-        args: dict[str, Any] = {}
-        if dead_only:
-            clauses.append("f.discarded_at IS NOT NULL")
-        if run_ids is not None:
-            clauses.append("f.run_id = ANY(%(ids)s::bigint[])")
-            args["ids"] = list(run_ids)
-        if tenant is not None:
-            clauses.append("f.tenant = %(tenant)s")
-            args["tenant"] = tenant
-        return "WHERE " + " AND ".join(clauses), args
-
-    def pending(self, limit: int = 100, tenant: str | None = None) -> list[Fire]:
-        sql = f"SELECT {FIRE_COLUMNS} FROM {FIRE_FROM} WHERE {OPEN}"
-        args: list[Any] = []
-        if tenant is not None:
-            sql += " AND f.tenant = %s"
-            args.append(tenant)
-        sql += " ORDER BY f.available_at, f.run_id LIMIT %s"
-        with storage_errors(self._pool.where):
-            return [fire_from_row(r) for r in rows(self._pool.get(), sql, [*args, limit])]
-
-    def cancel_requested(self, run_ids: Sequence[int]) -> list[int]:
-        if not run_ids:
-            return []
-        sql = (
-            "SELECT run_id FROM fire_queue WHERE run_id = ANY(%s::bigint[]) "
-            "AND cancel_requested_at IS NOT NULL AND lease_token IS NOT NULL"
-        )
-        with storage_errors(self._pool.where):
-            return [r[0] for r in rows(self._pool.get(), sql, (list(run_ids),))]
-
-    def next_available_at(self) -> int | None:
-        sql = f"SELECT min(f.available_at) FROM fire_queue f WHERE {OPEN} AND f.available_at > %s"
-        with storage_errors(self._pool.where):
-            found = scalar(self._pool.get(), sql, (self._clock.now_ms(),))
-        return None if found is None else int(found)
-
-    def depth(self, tenant: str | None = None) -> int:
-        sql = f"SELECT count(*) FROM fire_queue f WHERE {OPEN}"
-        args: tuple[Any, ...] = ()
-        if tenant is not None:
-            sql += " AND f.tenant = %s"
-            args = (tenant,)
-        with storage_errors(self._pool.where):
-            return int(scalar(self._pool.get(), sql, args))
+    def _make_available(conn: Conn, where: str, args: dict[str, Any], at: int) -> list[int]:
+        return [
+            r[0]
+            for r in _named(
+                conn,
+                "UPDATE fire_queue AS f SET available_at = %(at)s, discarded_at = NULL, "
+                "discard_reason = NULL, consecutive_failures = 0, "
+                f"requeued_at_attempt = attempts, {CLEAR_CLAIM} {where} RETURNING f.run_id",
+                {**args, "at": at},
+            )
+        ]

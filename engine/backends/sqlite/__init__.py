@@ -11,6 +11,7 @@ from typing import Any
 
 import apsw
 
+from engine.backends.diagnostics import store_counts
 from engine.backends.sqlite.approvals import SqliteApprovalStore
 from engine.backends.sqlite.audit import KeySource, SqliteAuditLog
 from engine.backends.sqlite.changes import SqliteChangeFeed
@@ -21,7 +22,6 @@ from engine.backends.sqlite.connection import (
     prepare,
     scalar,
     storage_errors,
-    write_tx,
 )
 from engine.backends.sqlite.diagnostics import SqliteDiagnostics
 from engine.backends.sqlite.dispatch import SqliteDispatcher
@@ -71,8 +71,7 @@ class SqliteBackend:
     def atomic(self) -> Iterator[None]:
         """One write transaction on this thread's connection for everything inside: a change
         and its audit entry land together or not at all."""
-        conn = self.pool.get()
-        with storage_errors(self.path), write_tx(conn):
+        with self.pool.transaction():
             yield
 
     def describe(self) -> dict[str, Any]:
@@ -91,13 +90,7 @@ class SqliteBackend:
                 "sqlite_version": one("SELECT sqlite_version()"),
                 "journal_mode": one("PRAGMA journal_mode"),
                 "size_bytes": one("PRAGMA page_count") * one("PRAGMA page_size"),
-                "schedules": one("SELECT count(*) FROM schedules"),
-                "active_schedules": one("SELECT count(*) FROM schedules WHERE status = 'active'"),
-                "runs": one("SELECT count(*) FROM runs"),
-                "fire_queue_open": one(
-                    "SELECT count(*) FROM fire_queue "
-                    "WHERE completed_at IS NULL AND discarded_at IS NULL"
-                ),
+                **store_counts(one),
             }
 
     def diagnostics(self) -> SqliteDiagnostics:

@@ -7,9 +7,10 @@ write lock can only fail, never wait, when another connection wrote meanwhile.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import apsw
 
+from engine.backends.sql import Args, Dialect
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
@@ -306,6 +308,26 @@ def tenants_clause(column: str, tenants: frozenset[str] | None) -> tuple[str | N
     return f"{column} IN ({', '.join('?' * len(tenants))})", sorted(tenants)
 
 
+def _starts_with(column: str, prefix: str) -> tuple[str, list[Any]]:
+    return f"substr({column}, 1, ?) = ?", [len(prefix), prefix]
+
+
+def _json_list(values: Sequence[Any]) -> str:
+    return json.dumps(list(values))
+
+
+# SQLite has no arrays: a list is bound as JSON text and read back with json_each.
+DIALECT = Dialect(
+    mark="?",
+    named=":{}",
+    in_list="{column} IN (SELECT value FROM json_each({mark}))",
+    bind_list=_json_list,
+    tenants=tenants_clause,
+    starts_with=_starts_with,
+    byte_order="",  # SQLite compares text byte by byte already
+)
+
+
 @contextmanager
 def write_tx(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception.
@@ -428,7 +450,10 @@ def _migrate(conn: apsw.Connection, current: int, migrations: dict[int, str], ta
 
 
 class ConnectionPool:
-    """One connection per thread to one file, opened lazily and closed together."""
+    """One connection per thread to one file, opened lazily and closed together (the
+    SqlPool the shared store code runs on)."""
+
+    dialect = DIALECT
 
     def __init__(
         self,
@@ -456,6 +481,21 @@ class ConnectionPool:
             with self._lock:
                 self._all.append(conn)
         return conn
+
+    def read(self, sql: str, args: Args = ()) -> list[Row]:
+        with storage_errors(self.path):
+            return list(self.get().execute(sql, args))
+
+    def write(self, sql: str, args: Args = ()) -> int:
+        with self.transaction() as conn:
+            conn.execute(sql, args)
+            return int(conn.changes())
+
+    @contextmanager
+    def transaction(self) -> Iterator[apsw.Connection]:
+        conn = self.get()
+        with storage_errors(self.path), write_tx(conn):
+            yield conn
 
     def release_current(self) -> None:
         """Close this thread's connection (a thread that is about to end)."""
