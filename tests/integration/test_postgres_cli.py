@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from tests.conftest import CliResult, cli_env, run_cli
+from tests.integration.processes import Daemon, wait_for
 from tests.pg import PG_AUDIT_KEY, PG_URL, fresh_schema, need_postgres
 
 KEY = {"VORTOS_AUDIT_KEY": PG_AUDIT_KEY}
@@ -212,3 +213,19 @@ def test_an_old_schema_version_names_vortos_db_migrate(migrated: str) -> None:
     result = vortos(migrated, "schedule", "list")
 
     assert_one_clear_line(result, "version 0", "vortos db migrate")
+
+
+def test_nodes_starting_at_once_on_a_new_schema_all_run(migrated: str, tmp_path: Path) -> None:
+    """Each `vortos run` syncs the built-in static schedules at start; three starting at the
+    same instant must not trip over each other's (one creates, the others find it)."""
+    nodes = [Daemon(migrated, f"n{i}", tmp_path, env=KEY) for i in range(3)]
+    try:
+        wait_for(
+            lambda: all("vortos n" in n.log and " on postgresql://" in n.log for n in nodes),
+            30,
+            "every node to start",
+        )
+        assert all(n.process.poll() is None for n in nodes), [n.log for n in nodes]
+    finally:
+        codes = [n.terminate() for n in nodes]
+    assert codes == [0, 0, 0], [n.log for n in nodes]

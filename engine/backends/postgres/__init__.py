@@ -13,6 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
+
+from engine.backends.audit import KeySource
+from engine.backends.diagnostics import store_counts
 from engine.backends.postgres.approvals import PostgresApprovalStore
 from engine.backends.postgres.audit import PostgresAuditLog
 from engine.backends.postgres.changes import PostgresChangeFeed
@@ -20,13 +24,13 @@ from engine.backends.postgres.clock import DatabaseClock
 from engine.backends.postgres.connection import (
     SCHEMA_VERSION,
     PgPool,
+    advisory_key,
     check_schema,
     migrate,
     redact,
     scalar,
     schema_version,
     storage_errors,
-    write_tx,
 )
 from engine.backends.postgres.diagnostics import PostgresDiagnostics
 from engine.backends.postgres.dispatch import PostgresDispatcher
@@ -36,7 +40,6 @@ from engine.backends.postgres.operators import PostgresOperatorStore
 from engine.backends.postgres.retention import PostgresRetentionStore
 from engine.backends.postgres.runs import PostgresRunLedger
 from engine.backends.postgres.schedules import PostgresScheduleStore
-from engine.backends.sqlite.audit import KeySource
 from engine.domain.clock import Clock
 from engine.domain.database import is_postgres_url
 
@@ -77,6 +80,8 @@ class PostgresBackend:
                 self.pool.close()
                 raise
         self.clock: Clock = clock
+        schema = scalar(self.pool.get(), "SELECT current_schema()")
+        self._service_lock = advisory_key(f"service:{schema}")
         self.leases = PostgresLease(self.pool, clock)
         self.schedules = PostgresScheduleStore(self.pool)
         self.runs = PostgresRunLedger(self.pool)
@@ -90,9 +95,17 @@ class PostgresBackend:
 
     @contextmanager
     def atomic(self) -> Iterator[None]:
-        """One transaction on this thread's connection for everything inside."""
-        conn = self.pool.get()
-        with storage_errors(self.where), write_tx(conn):
+        """One transaction on this thread's connection for everything inside.
+
+        The outermost one first takes this schema's service lock (transaction-scoped), so the
+        service's units of work (a change and its audit entry, a static sync, a four-eyes
+        request, a retention batch) run one at a time, as on SQLite: each reads, then writes on
+        what it read (two nodes starting at once must not both create the same static
+        schedule). The hot paths (dispatch, claims, settles) take no such lock."""
+        outermost = self.pool.get().info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        with self.pool.transaction() as conn:
+            if outermost:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (self._service_lock,))
             yield
 
     @contextmanager
@@ -120,13 +133,7 @@ class PostgresBackend:
                     "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                     "WHERE n.nspname = current_schema() AND c.relkind = 'r'"
                 ),
-                "schedules": one("SELECT count(*) FROM schedules"),
-                "active_schedules": one("SELECT count(*) FROM schedules WHERE status = 'active'"),
-                "runs": one("SELECT count(*) FROM runs"),
-                "fire_queue_open": one(
-                    "SELECT count(*) FROM fire_queue "
-                    "WHERE completed_at IS NULL AND discarded_at IS NULL"
-                ),
+                **store_counts(one),
             }
 
     def diagnostics(self) -> PostgresDiagnostics:
