@@ -297,7 +297,7 @@ class SchedulerDaemon:
         # a transaction (and its fixed cost) per slot when thousands are spread over a second.
         if dispatched:
             wake = max(wake, now + self.config.coalesce_ms)
-        else:
+        elif next_due is not None and next_due <= now:
             # Nothing was dispatched yet something is due: its row is locked by an operator's
             # transaction (PostgreSQL skips locked rows). Look again soon, not in a hot loop.
             wake = max(wake, now + HELD_ROW_RETRY_MS)
