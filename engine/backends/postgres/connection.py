@@ -316,8 +316,6 @@ def advisory_key(name: str) -> int:
 
 # --- the schema ------------------------------------------------------------------------------
 
-_IDENT = re.compile(r"^[a-z_][a-z0-9_$]*$")
-
 
 def schema_version(conn: psycopg.Connection[Row]) -> int | None:
     """The version recorded in vortos_meta of the connection's current schema, or None when the
@@ -414,10 +412,3 @@ def _stamp(conn: psycopg.Connection[Row], version: int) -> None:
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         (str(version),),
     )
-
-
-def quote_ident(name: str) -> str:
-    """A schema name for DDL, refused unless it is a plain lower-case identifier."""
-    if not _IDENT.match(name):
-        raise StorageError(f"invalid schema name {name!r}: use lower-case letters, digits and _")
-    return f'"{name}"'
