@@ -1,0 +1,58 @@
+"""Conformance suites: the guarantees every implementation of a port must keep.
+
+Subclass a suite in a test module of your own, supply its factory, and run pytest:
+
+    class TestEtcdLease(LeaseConformance):
+        @contextmanager
+        def open_leases(self, clock):
+            lease = EtcdLease(..., clock)
+            yield lease
+            lease.close()
+
+The same classes run Vortos's own SQLite, PostgreSQL and Redis implementations in its CI.
+A failing test's message names the guarantee that was broken.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+# Plain asserts in the suites report their operands, as in a test module of your own.
+pytest.register_assert_rewrite("engine.testing.conformance")
+
+_SUITES = {
+    "StorageConformance": "storage",
+    "ScheduleStoreConformance": "schedule_store",
+    "RunLedgerConformance": "run_ledger",
+    "TenantIsolationConformance": "tenant_isolation",
+    "ApprovalStoreConformance": "approval_store",
+    "FireQueueConformance": "fire_queue",
+    "FairDispatchConformance": "fair_dispatch",
+    "RetentionStoreConformance": "retention_store",
+    "LeaseConformance": "lease",
+    "AuditSinkConformance": "audit_sink",
+}
+
+__all__ = [  # noqa: RUF022 - in the order of _SUITES
+    "StorageConformance",
+    "ScheduleStoreConformance",
+    "RunLedgerConformance",
+    "TenantIsolationConformance",
+    "ApprovalStoreConformance",
+    "FireQueueConformance",
+    "FairDispatchConformance",
+    "RetentionStoreConformance",
+    "LeaseConformance",
+    "AuditSinkConformance",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: a suite's module needs only what its port needs.
+    module = _SUITES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
