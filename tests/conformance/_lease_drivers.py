@@ -10,21 +10,11 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
-
 from engine.backends.lease_drivers import lease_driver
 from engine.domain.clock import Clock
 from engine.ports.lease import LeasePort
 from engine.ports.storage import Storage
 from tests.pg import REDIS_URL, need_redis
-
-# (backend, driver): the row lease on every backend, and each alternative on PostgreSQL.
-DRIVER_PARAMS = [
-    pytest.param("sqlite", "row", id="sqlite-row"),
-    pytest.param("postgres", "row", id="postgres-row"),
-    pytest.param("postgres", "advisory", id="postgres-advisory"),
-    pytest.param("postgres", "redis", id="postgres-redis"),
-]
 
 
 def redis_prefix() -> str:

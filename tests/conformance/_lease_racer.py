@@ -1,4 +1,5 @@
-"""A process that races others to acquire leases on a shared store (spawned by test_lease).
+"""A process that races others to acquire leases on a shared store (spawned by test_lease),
+and how a test opens another client of its store.
 
 Each racer opens its own backend on the store the test's `storage` fixture opened, with the
 system clock (the one clock every process on the host shares), and over it its own lease driver
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.backends.lease_drivers import lease_driver
-from engine.domain.clock import SystemClock
+from engine.domain.clock import Clock, SystemClock
 from engine.ports.storage import Storage
 from tests.pg import REDIS_URL
 
@@ -49,15 +50,17 @@ def address_of(
     return None
 
 
-def open_store(address: StoreAddress) -> Storage:
+def open_store(address: StoreAddress, clock: Clock | None = None) -> Storage:
+    """Another client of the store at `address`, on `clock` (by default the system's)."""
+    clock = SystemClock() if clock is None else clock
     if address.backend == "sqlite":
         from engine.backends.sqlite import SqliteBackend  # noqa: PLC0415
 
-        return SqliteBackend(address.target, SystemClock(), create=False)
+        return SqliteBackend(address.target, clock, create=False)
     if address.backend == "postgres":
         from engine.backends.postgres import PostgresBackend  # noqa: PLC0415
 
-        return PostgresBackend(address.target, SystemClock())
+        return PostgresBackend(address.target, clock)
     raise ValueError(f"no way to open backend {address.backend!r} in a racer process")
 
 
