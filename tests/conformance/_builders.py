@@ -1,82 +1,13 @@
-"""Schedules and runs for the conformance suites, built the way the service builds them."""
+"""The shipped suites' builders, for the tests that still import them from here."""
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import replace
-from typing import Any
-
-from engine.domain.misfire import due_at
-from engine.domain.run import NewRun, RunKind
-from engine.domain.schedule import (
-    DEFAULT_TENANT,
-    MisfirePolicy,
-    OverlapPolicy,
-    Schedule,
-    ScheduleStatus,
+from engine.testing.conformance.builders import (
+    CREATED_AT,
+    FIRST_SLOT,
+    make_run,
+    make_schedule,
+    stored_schedule,
 )
-from engine.domain.slots import slot_key
-from engine.domain.timeutil import MINUTE_MS, parse_instant
-from engine.domain.triggers import CronTrigger
-from engine.ports.storage import Storage
 
-# When the builders' schedules were created; far from any DST transition.
-CREATED_AT = parse_instant("2026-01-04T12:00:00Z")
-# The first slot of the default trigger after CREATED_AT.
-FIRST_SLOT = CREATED_AT + 5 * MINUTE_MS
-
-
-def make_schedule(
-    name: str = "nightly-report", *, tenant: str = DEFAULT_TENANT, **changes: Any
-) -> Schedule:
-    """A valid, freshly created schedule (version 1, active); `changes` replace any field."""
-    schedule_id = uuid.uuid4().hex
-    base = Schedule(
-        id=schedule_id,
-        tenant=tenant,
-        name=name,
-        trigger=CronTrigger("*/5 * * * *"),
-        timezone="UTC",
-        command="noop",
-        payload={},
-        misfire=MisfirePolicy(),
-        overlap=OverlapPolicy.SKIP,
-        jitter_ms=0,
-        status=ScheduleStatus.ACTIVE,
-        sensitive=False,
-        metadata={},
-        version=1,
-        next_slot_at=FIRST_SLOT,
-        next_fire_at=due_at(schedule_id, FIRST_SLOT, "UTC", 0),
-        created_at=CREATED_AT,
-        updated_at=CREATED_AT,
-    )
-    return replace(base, **changes)
-
-
-def stored_schedule(
-    storage: Storage, name: str = "nightly-report", *, tenant: str = DEFAULT_TENANT, **changes: Any
-) -> Schedule:
-    """A schedule inserted into `storage`'s schedule store."""
-    return storage.schedules.insert(make_schedule(name, tenant=tenant, **changes))
-
-
-def make_run(
-    schedule: Schedule,
-    slot_at: int,
-    *,
-    tenant: str | None = None,
-    node_id: str = "node-a",
-    kind: RunKind = RunKind.SCHEDULED,
-) -> NewRun:
-    """The run of `schedule`'s slot at `slot_at` (in `tenant`, when given, else the schedule's)."""
-    return NewRun(
-        tenant=schedule.tenant if tenant is None else tenant,
-        schedule_id=schedule.id,
-        schedule_name=schedule.name,
-        slot_key=slot_key(schedule.id, slot_at, schedule.timezone),
-        slot_at=slot_at,
-        due_at=due_at(schedule.id, slot_at, schedule.timezone, schedule.jitter_ms),
-        kind=kind,
-        node_id=node_id,
-    )
+__all__ = ["CREATED_AT", "FIRST_SLOT", "make_run", "make_schedule", "stored_schedule"]
