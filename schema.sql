@@ -266,3 +266,28 @@ CREATE TABLE retention_overrides (
     set_by TEXT NOT NULL,
     set_at INTEGER NOT NULL
 ) WITHOUT ROWID;
+
+-- Plug-ins (engine.plugins): how far each audit sink's copy reaches in each chain, and each
+-- node's latest report on its plug-ins' health (what `vortos doctor` shows).
+CREATE TABLE audit_sink_positions (
+    sink       TEXT NOT NULL,
+    chain      TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (sink, chain)
+) WITHOUT ROWID;
+CREATE TABLE plugin_health (
+    node_id       TEXT NOT NULL,
+    port          TEXT NOT NULL,
+    plugin        TEXT NOT NULL,
+    calls         INTEGER NOT NULL,
+    failures      INTEGER NOT NULL,
+    timeouts      INTEGER NOT NULL,
+    dropped       INTEGER NOT NULL,
+    busy_since    INTEGER,
+    backlog       INTEGER NOT NULL,
+    last_error    TEXT,
+    last_error_at INTEGER,
+    reported_at   INTEGER NOT NULL,
+    PRIMARY KEY (node_id, port, plugin)
+) WITHOUT ROWID;

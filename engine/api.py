@@ -13,14 +13,18 @@ from engine.backends.sqlite import SqliteBackend
 from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS, inspect_path
 from engine.backends.sqlite.read_model import SqliteReadModel
 from engine.commands import CommandRegistry, builtin_commands
+from engine.config import Settings
 from engine.control import ControlClient, ControlServer, RemoteService
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
-from engine.domain.database import is_postgres_url
+from engine.domain.database import is_postgres_url, parse_database
+from engine.extensions import Builder, access_for, leases_for
 from engine.governance.keys import load_keyring, load_postgres_keyring
 from engine.governance.policy import AccessControl, RoleBasedPolicy
 from engine.observability.observer import Observer
+from engine.plugins import Selection
 from engine.ports.dispatch import DispatchReport
+from engine.ports.enqueuer import Enqueuer
 from engine.ports.lease import LEADER_LEASE, LeasePort, shard_lease
 from engine.ports.policy import Policy
 from engine.ports.read_model import ReadModel, Viewer
@@ -121,9 +125,11 @@ class Engine:
         grace_ms: int = DEFAULT_GRACE_MS,
         on_settle: SettleListener | None = None,
         observer: Observer | None = None,
+        enqueuer: Enqueuer | None = None,
     ) -> FireQueueConsumer:
-        """Consumers run the fires of the commands registered in this engine; `observer`
-        receives what they do (engine.observability: metrics, spans)."""
+        """Consumers run the fires of the commands registered in this engine (or, with an
+        `enqueuer`, hand every fire to its transport instead); `observer` receives what they do
+        (engine.observability: metrics, spans)."""
         return FireQueueConsumer(
             self.storage,
             self.clock,
@@ -136,6 +142,7 @@ class Engine:
             ),
             on_settle=on_settle,
             observer=observer,
+            enqueuer=enqueuer,
         )
 
     def close(self) -> None:
@@ -171,6 +178,9 @@ def open_engine(
     control_socket: Path | None = None,
     lease_driver: str = DEFAULT_LEASE_DRIVER,
     redis_url: str | None = None,
+    plugins: Selection | None = None,
+    settings: Settings | None = None,
+    node_id: str | None = None,
 ) -> Engine:
     """Open the database at `db`: a SQLite file (created or upgraded if needed), or a
     PostgreSQL URL (postgresql://...; its schema must have been created with `vortos db
@@ -190,7 +200,26 @@ def open_engine(
 
     `busy_timeout_ms` is how long a write waits for another process's transaction before it
     fails with StorageError.
+
+    `plugins` (engine.plugins.select_plugins of `settings`) replaces `lease_driver` and
+    `policy`: the lease driver, the policy and the identity provider they select are built,
+    each given the settings and its `[plugin.<name>]` options (engine.extensions).
     """
+    if plugins is not None:
+        return _with_plugins(
+            db,
+            plugins,
+            settings,
+            clock,
+            commands,
+            create,
+            readonly,
+            busy_timeout_ms,
+            audit_key_file,
+            enforce,
+            control_socket,
+            node_id or default_node_id(),
+        )
     if is_postgres_url(db):
         engine = _open_postgres(
             str(db), clock, commands, readonly, audit_key_file, enforce, policy, control_socket
@@ -221,6 +250,48 @@ def open_engine(
     access = AccessControl(storage, clock, policy) if enforce or policy is not None else None
     engine = Engine(storage, clock, commands or builtin_commands(), access)
     return engine if readonly else _leading_with(engine, lease_driver, redis_url)
+
+
+def _with_plugins(
+    db: str | Path,
+    plugins: Selection,
+    settings: Settings | None,
+    clock: Clock | None,
+    commands: CommandRegistry | None,
+    create: bool,
+    readonly: bool,
+    busy_timeout_ms: int,
+    audit_key_file: Path | None,
+    enforce: bool,
+    control_socket: Path | None,
+    node_id: str,
+) -> Engine:
+    """open_engine with the plug-ins `plugins` selects (see engine.extensions)."""
+    custom_access = (
+        plugins.policy.source != "built-in" or plugins.identity_provider.source != "built-in"
+    )
+    engine = open_engine(
+        db,
+        clock=clock,
+        commands=commands,
+        create=create,
+        readonly=readonly,
+        busy_timeout_ms=busy_timeout_ms,
+        audit_key_file=audit_key_file,
+        enforce=enforce,
+        control_socket=control_socket,
+    )
+    try:
+        builder = Builder(engine.storage, engine.clock, parse_database(str(db)), node_id, settings)
+        if enforce or custom_access:
+            access = access_for(plugins, builder)
+            engine.service.access = access
+        if not readonly and control_socket is None:
+            engine.leases = leases_for(plugins, builder)
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 def _leading_with(engine: Engine, driver: str, redis_url: str | None) -> Engine:

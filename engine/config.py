@@ -24,6 +24,7 @@ from engine.domain.timeutil import format_duration, parse_duration
 CONFIG_ENV = "VORTOS_CONFIG"
 DEFAULT_FILE = "vortos.toml"
 ENV_PREFIX = "VORTOS_"
+PLUGIN_TABLE = "plugin"  # [plugin.<name>]: a plug-in's own options
 
 Parser = Callable[[Any], Any]
 
@@ -90,6 +91,28 @@ def _integer(low: int, high: int) -> Parser:
     return parse
 
 
+def _plugin(value: Any) -> str:
+    text = _text(value).strip()
+    if any(c.isspace() for c in text):
+        raise ValueError("a plug-in name or a dotted path such as mypkg.module:Factory")
+    return text
+
+
+def _plugins(value: Any) -> tuple[str, ...]:
+    # A TOML array, or (from the environment) names separated by commas.
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise TypeError("a list of plug-in names or dotted paths")
+    names = tuple(_plugin(item) for item in items if not isinstance(item, str) or item.strip())
+    if len(set(names)) != len(names):
+        raise ValueError("a list of plug-in names without repeats")
+    return names
+
+
+def _listed(value: Any) -> str:
+    return ", ".join(value) if value else "-"
+
+
 def _choice(*allowed: str) -> Parser:
     def parse(value: Any) -> str:
         text = str(value).lower()
@@ -123,8 +146,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "lease_driver",
         "row",
-        _choice("row", "advisory", "redis"),
-        "how the leader lease is held: a row, a PostgreSQL advisory lock, a Redis key",
+        _plugin,
+        "how the leader lease is held: row, advisory (PostgreSQL), redis, or a plug-in",
     ),
     Setting("redis_url", None, _redis_url, "the Redis server of lease_driver = redis", shown_db),
     Setting("shards", 1, _integer(1, 64), "lease shards: leaders dispatching disjoint sets"),
@@ -145,6 +168,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "breaker_recovery", 30_000, _duration(1_000, 3_600_000), "the open breaker's wait", _ms
     ),
+    # Plug-ins (engine.plugins): a built-in name, an entry point's name, or a dotted path.
+    Setting("policy", "rbac", _plugin, "who may do what: rbac (roles per tenant) or a plug-in"),
+    Setting(
+        "identity_provider", "operators", _plugin, "who an operator is: operators or a plug-in"
+    ),
+    Setting("enqueuer", None, _plugin, "hand fires to this transport instead of running them"),
+    Setting("audit_sinks", (), _plugins, "copies of the audit trail (plug-ins)", _listed),
+    Setting("metrics", (), _plugins, "metrics backends beside Prometheus (plug-ins)", _listed),
+    Setting("doctor_checks", (), _plugins, "doctor checks of your own (plug-ins)", _listed),
+    Setting(
+        "plugin_timeout",
+        5_000,
+        _duration(100, 600_000),
+        "a sink's or metrics backend's call longer than this counts as hung",
+        _ms,
+    ),
 )
 BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -158,8 +197,17 @@ class Value:
 class Settings:
     """The effective settings; `settings.lease_ttl`, and where each came from."""
 
-    def __init__(self, values: Mapping[str, Value]) -> None:
+    def __init__(
+        self,
+        values: Mapping[str, Value],
+        plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> None:
         self._values = dict(values)
+        self._plugin_options = dict(plugin_options or {})
+
+    def plugin_options(self, name: str) -> Mapping[str, Any]:
+        """The `[plugin.<name>]` table of the file (empty without one)."""
+        return self._plugin_options.get(name, {})
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -213,8 +261,11 @@ def load_settings(
     values = {s.name: Value(s.default, "default") for s in SETTINGS}
     problems: list[str] = []
     path = config_file(config, environment)
+    plugin_options: dict[str, Mapping[str, Any]] = {}
     if path is not None:
-        for name, raw in _read_file(path, config is not None or CONFIG_ENV in environment).items():
+        table = _read_file(path, config is not None or CONFIG_ENV in environment)
+        plugin_options = _plugin_tables(path, table.pop(PLUGIN_TABLE, {}), problems)
+        for name, raw in table.items():
             setting = BY_NAME.get(name)
             if setting is None:
                 known = ", ".join(sorted(BY_NAME))
@@ -229,7 +280,18 @@ def load_settings(
         values[name] = Value(value, "--" + name.replace("_", "-"))
     if problems:
         raise InvalidInput("; ".join(problems))
-    return Settings(values)
+    return Settings(values, plugin_options)
+
+
+def _plugin_tables(path: Path, raw: Any, problems: list[str]) -> dict[str, Mapping[str, Any]]:
+    """`[plugin.<name>]` tables: each plug-in's own options, passed to it as they are."""
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
+        problems.append(
+            f"{path}: [{PLUGIN_TABLE}] must hold one table per plug-in, such as "
+            f"[{PLUGIN_TABLE}.filelock] with that plug-in's options"
+        )
+        return {}
+    return dict(raw)
 
 
 def _take(

@@ -102,7 +102,13 @@ PORTS: tuple[Port, ...] = (
         required=("identity",),
         builtins={"operators": "engine.governance.policy:stored_identities"},
     ),
-    Port("audit_sinks", "vortos.audit_sinks", "audit sink", many=True, required=("deliver",)),
+    Port(
+        "audit_sinks",
+        "vortos.audit_sinks",
+        "audit sink",
+        many=True,
+        required=("deliver", "close"),
+    ),
     Port("metrics", "vortos.metrics", "metrics backend", many=True, required=("active",)),
     Port(
         "doctor_checks",
@@ -217,10 +223,15 @@ def _import(port: Port, value: str, target: str) -> Factory:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         missing = exc.name or module_name
+        if module_name == missing or module_name.startswith(missing + "."):
+            raise PluginError(
+                f"{port.setting} = {value!r}: cannot import {module_name} (no module named "
+                f"{missing!r}); install the package that provides it or fix the path"
+            ) from None
         raise PluginError(
-            f"{port.setting} = {value!r}: cannot import {module_name} (no module named "
-            f"{missing!r}); install the package that provides it or fix the path"
-        ) from None
+            f"{port.setting} = {value!r}: importing {module_name} failed: "
+            f"ModuleNotFoundError: {exc} (a dependency of the plug-in is missing)"
+        ) from exc
     except Exception as exc:
         raise PluginError(
             f"{port.setting} = {value!r}: importing {module_name} failed: "
@@ -263,6 +274,12 @@ class Selection:
     audit_sinks: tuple[Plugin, ...] = ()
     metrics: tuple[Plugin, ...] = ()
     doctor_checks: tuple[Plugin, ...] = ()
+
+    def plugged(self) -> list[Plugin]:
+        """The selected implementations that are not built in."""
+        every = [self.lease_driver, self.policy, self.identity_provider, self.enqueuer]
+        every += [*self.audit_sinks, *self.metrics, *self.doctor_checks]
+        return [p for p in every if p is not None and p.source != "built-in"]
 
     def rows(self) -> list[tuple[str, str]]:
         """(port, implementation) for every port, as doctor lists them."""

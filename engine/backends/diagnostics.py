@@ -22,6 +22,8 @@ TABLES = (
     "audit_verified",
     "operator_grants",
     "approvals",
+    "audit_sink_positions",
+    "plugin_health",
 )
 
 

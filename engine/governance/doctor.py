@@ -22,6 +22,7 @@ from engine.domain.database import Database
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.governance.audit import ChainReport, verify
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, key_source, load_keyring
+from engine.plugins import Selection
 from engine.ports.diagnostics import Diagnostics
 from engine.ports.storage import Storage
 
@@ -72,6 +73,9 @@ class DoctorContext:
     static: Sequence[StaticSchedule] | None = None
     read_only: bool = True
     shards: int = 1  # the deployment's lease shards (the shards setting)
+    plugins: Selection | None = None  # the plug-ins the settings select, loaded
+    plugin_problem: str | None = None  # why they could not be loaded
+    plugin_timeout_ms: int = 5_000
 
 
 class Check(Protocol):
@@ -257,6 +261,7 @@ def default_checks() -> list[Check]:
     """Every check, in the order the doctor reports them."""
     # Imported here: the checks import this module's types.
     from engine.governance import checks as c  # noqa: PLC0415
+    from engine.governance.plugin_checks import PluginsHealth, PluginsServing  # noqa: PLC0415
 
     return [
         c.StorageReachable(),
@@ -279,4 +284,6 @@ def default_checks() -> list[Check]:
         c.Overdue(),
         c.DeadManTolerances(),
         *GOVERNANCE_CHECKS,
+        PluginsServing(),
+        PluginsHealth(),
     ]

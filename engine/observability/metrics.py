@@ -212,6 +212,14 @@ class PrometheusMetrics(Observer):
             ["event"],
             registry=r,
         )
+        self.plugin_failures = Counter(
+            "vortos_plugin_failures_total",
+            "Calls to a secondary plug-in (an audit sink, a metrics backend) that raised "
+            "(error), ran past plugin_timeout (timeout), or events dropped while it was "
+            "behind (dropped). Firing never waits for these plug-ins.",
+            ["port", "plugin", "reason"],
+            registry=r,
+        )
         self.pruned_runs = Counter(
             "vortos_runs_pruned_total",
             "Terminal runs deleted by retention.",
@@ -347,6 +355,9 @@ class PrometheusMetrics(Observer):
 
     def audit_append_failed(self, event: str) -> None:
         self.audit_failures.labels(event).inc()
+
+    def plugin_failed(self, port: str, plugin: str, reason: str) -> None:
+        self.plugin_failures.labels(port, plugin, reason).inc()
 
     # -- the consumer -----------------------------------------------------------------------
 

@@ -143,6 +143,12 @@ class Observer:
     def audit_append_failed(self, event: str) -> None:
         """An audit entry (`event`, such as leader.acquired) could not be appended."""
 
+    # -- plug-ins ---------------------------------------------------------------------------
+
+    def plugin_failed(self, port: str, plugin: str, reason: str) -> None:
+        """A secondary plug-in's call raised (error), hung (timeout), or an event for it was
+        dropped (see engine.runtime.isolation)."""
+
     # -- the consumer -----------------------------------------------------------------------
 
     def claimed(self, claim: Claim, unrun: Sequence[Fire]) -> None:
@@ -227,6 +233,10 @@ class Observers(Observer):
     def audit_append_failed(self, event: str) -> None:
         for o in self.members:
             o.audit_append_failed(event)
+
+    def plugin_failed(self, port: str, plugin: str, reason: str) -> None:
+        for o in self.members:
+            o.plugin_failed(port, plugin, reason)
 
     def claimed(self, claim: Claim, unrun: Sequence[Fire]) -> None:
         for o in self.members:

@@ -11,6 +11,7 @@ from engine.ports.diagnostics import Diagnostics
 from engine.ports.dispatch import ChangeFeed, DispatchPort
 from engine.ports.fire_queue import FireQueue
 from engine.ports.lease import LeasePort
+from engine.ports.plugin_state import PluginStateStore
 from engine.ports.policy import OperatorStore
 from engine.ports.retention import RetentionStore
 from engine.ports.runs import RunLedger
@@ -51,6 +52,9 @@ class Storage(Protocol):
 
     @property
     def retention(self) -> RetentionStore: ...
+
+    @property
+    def plugin_state(self) -> PluginStateStore: ...
 
     def atomic(self) -> AbstractContextManager[None]:
         """One write transaction, on the calling thread, around every store call inside it:

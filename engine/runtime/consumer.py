@@ -25,9 +25,10 @@ from engine.domain.retry import RetryPolicy
 from engine.domain.run import RunState
 from engine.domain.timeutil import format_duration, iso_utc
 from engine.observability.observer import NULL_OBSERVER, Observer
+from engine.ports.enqueuer import Enqueuer
 from engine.ports.fire_queue import Claim, Fire, FireQuery, Outcome, Settlement, SettleReport
 from engine.ports.storage import Storage
-from engine.runtime.executor import CancelReason, abandoned_too_often, execute
+from engine.runtime.executor import CancelReason, abandoned_too_often, execute, hand_over
 
 log = logging.getLogger("vortos.consumer")
 
@@ -88,8 +89,11 @@ class FireQueueConsumer:
         config: ConsumerConfig,
         on_settle: SettleListener | None = None,
         observer: Observer | None = None,
+        enqueuer: Enqueuer | None = None,
     ) -> None:
         self._storage = storage
+        # With an enqueuer, fires are handed to its transport instead of run here.
+        self._enqueuer = enqueuer
         self._clock = clock
         self._commands = commands
         self.config = config
@@ -282,7 +286,8 @@ class FireQueueConsumer:
                 consumer=self.config.consumer_id,
                 ttl_ms=self.config.claim_ttl_ms,
                 limit=free,
-                commands=self._commands.names(),
+                # An enqueuer takes every command: the broker's workers know them.
+                commands=None if self._enqueuer is not None else self._commands.names(),
             )
         except StorageError:
             self._keep(finished)
@@ -422,6 +427,7 @@ class FireQueueConsumer:
     def _run(self, item: _InFlight, runner: Callable[[Any], Any]) -> Settlement:
         fire = item.fire
         command = self._commands.get(fire.command) if fire.command in self._commands else None
+        enqueuer = self._enqueuer
 
         def retry() -> RetryPolicy:
             # Read only when an attempt failed: a success costs no read of the schedule.
@@ -430,6 +436,8 @@ class FireQueueConsumer:
             except StorageError:
                 return RetryPolicy()
 
+        if enqueuer is not None:
+            return hand_over(enqueuer, fire, retry, self._clock)
         return execute(command, fire, item.ctx, retry, self._clock, runner)
 
 

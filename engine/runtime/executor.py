@@ -29,6 +29,7 @@ from engine.domain.clock import Clock
 from engine.domain.errors import InvalidInput
 from engine.domain.retry import RetryPolicy
 from engine.domain.run import RunState
+from engine.ports.enqueuer import Enqueuer
 from engine.ports.fire_queue import Fire, Outcome, Settlement
 
 log = logging.getLogger("vortos.consumer")
@@ -138,6 +139,24 @@ def _cancelled(
         error=f"cancelled: {ctx.cancel_reason}",
         output=output,
         exit_code=exit_code,
+        finished_at=clock.now_ms(),
+    )
+
+
+def hand_over(
+    enqueuer: Enqueuer, fire: Fire, retry: Callable[[], RetryPolicy], clock: Clock
+) -> Settlement:
+    """Give `fire` to the enqueuer's transport instead of running it here: completed once the
+    transport took it, retried (then dead-lettered) like a failing command when it raised."""
+    try:
+        enqueuer.enqueue(fire)
+    except Exception as exc:  # noqa: BLE001 - an enqueuer may raise anything; it is recorded
+        return _failed(fire, retry(), clock, f"the enqueuer refused it: {_describe(exc)}")
+    return Settlement(
+        fire.run_id,
+        Outcome.COMPLETE,
+        RunState.COMPLETED,
+        output=_clip(f"handed to enqueuer {type(enqueuer).__name__}", OUTPUT_MAX),
         finished_at=clock.now_ms(),
     )
 

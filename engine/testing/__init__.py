@@ -35,6 +35,15 @@ and `h.run_until(instant)` move time; `h.runs(...)` and `h.fires(...)` read what
 The conformance suites for new backends are in `engine.testing.conformance`.
 """
 
+import contextlib
+
+# Plain asserts in the shipped conformance suites report their operands, as in a test module:
+# registered before anything imports them (pytest is there whenever they run).
+with contextlib.suppress(ImportError):
+    import pytest
+
+    pytest.register_assert_rewrite("engine.testing.conformance")
+
 from engine.domain.clock import ManualClock
 from engine.testing.expectations import Duration, Instant, RunRecord
 from engine.testing.harness import SchedulerHarness, scheduler_harness

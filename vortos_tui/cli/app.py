@@ -15,6 +15,7 @@ from vortos_tui.cli.consume import consume
 from vortos_tui.cli.context import CliState, given_flags
 from vortos_tui.cli.doctor import doctor
 from vortos_tui.cli.output import EXIT_CODES, handles_errors
+from vortos_tui.cli.plugins import plugins
 from vortos_tui.cli.run import run
 from vortos_tui.console.main import console
 
@@ -92,6 +93,7 @@ def main(
 app.command("run", epilog=EXIT_CODES)(run)
 app.command("consume", epilog=EXIT_CODES)(consume)
 app.command("doctor", epilog=EXIT_CODES)(doctor)
+app.command("plugins", epilog=EXIT_CODES)(plugins)
 app.add_typer(config_app, name="config", epilog=EXIT_CODES)
 app.add_typer(retention.app, name="retention", epilog=EXIT_CODES)
 app.command("prune", epilog=EXIT_CODES)(retention.prune)

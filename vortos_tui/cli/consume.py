@@ -26,6 +26,7 @@ from vortos_tui.cli.workers import (
     configure_logging,
     consumer_settings,
     on_stop_signals,
+    start_plugins,
     start_telemetry,
 )
 
@@ -62,14 +63,19 @@ def consume(
     node = node_id or default_node_id()
     cli = state(ctx)
     names = cli.commands().names()
+    cli.plugins()  # a missing or broken plug-in stops us before anything is opened
     with contextlib.ExitStack() as serving:
         # A metrics port in use fails here, before the database is opened.
         telemetry = start_telemetry(metrics_port, metrics_host, trace)
         serving.callback(telemetry.close)
-        engine = serving.enter_context(open_to_serve(ctx))
+        engine = serving.enter_context(open_to_serve(ctx, node_id=node))
         serving.callback(telemetry.close)  # again, first: no scrape once the database closes
         telemetry.watch(engine, cli.db)
-        consumer = build_consumer(engine, node, settings, telemetry.observer)
+        # Metrics backends and the enqueuer; audit sinks are fed by `vortos run`'s leader.
+        plugins = start_plugins(engine, cli, node, telemetry, ship_audit=False)
+        serving.callback(plugins.close)
+        consumer = build_consumer(engine, node, settings, telemetry.observer, plugins.enqueuer)
+        plugins.start(leading=None)
         on_stop_signals(consumer.stop)
         log.info(
             "consumer %s on %s: %d thread(s), commands %s; %s",

@@ -23,6 +23,7 @@ from engine import (
 )
 from engine.config import BY_NAME, Settings, load_settings
 from engine.domain.database import Database
+from engine.plugins import Selection, select_plugins
 
 
 @dataclass(slots=True)
@@ -35,6 +36,7 @@ class CliState:
     settings: Settings = field(default_factory=load_settings)
     _app: App | None = None
     _commands: CommandRegistry | None = None
+    _plugins: Selection | None = None
 
     def loaded_app(self) -> App:
         """The app's commands and static schedules (imported once per invocation)."""
@@ -42,12 +44,36 @@ class CliState:
             self._app = App() if self.app is None else load_app(self.app)
         return self._app
 
+    def plugins(self, **overrides: Any) -> Selection:
+        """Every plug-in the settings name, imported (once per invocation): a missing or
+        broken one is an InvalidInput here, before anything is opened. `overrides` replace
+        settings (`vortos run --lease-driver`); they stay for the rest of the invocation."""
+        if overrides:
+            self.settings = _Overlay(self.settings, overrides)  # type: ignore[assignment]
+            self._plugins = None
+        if self._plugins is None:
+            self._plugins = select_plugins(self.settings)
+        return self._plugins
+
     def commands(self) -> CommandRegistry:
         """The built-in commands, with the process allowlist, and the app's."""
         if self._commands is None:
             registry = builtin_commands(ProcessAllowlist.from_env(self.allow_exec))
             self._commands = self.loaded_app().register_into(registry)
         return self._commands
+
+
+class _Overlay:
+    """The settings, with some values replaced by a command's flags."""
+
+    def __init__(self, settings: Settings, overrides: Mapping[str, Any]) -> None:
+        self._settings = settings
+        self._overrides = dict(overrides)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._overrides:
+            return self._overrides[name]
+        return getattr(self._settings, name)
 
 
 def given_flags(ctx: typer.Context, names: Mapping[str, str]) -> dict[str, Any]:
@@ -94,19 +120,12 @@ def open_existing(ctx: typer.Context) -> Engine:
     return _open(cli, create=False, control_socket=cli.control_socket)
 
 
-def open_to_serve(
-    ctx: typer.Context, *, lease_driver: str | None = None, redis_url: str | None = None
-) -> Engine:
+def open_to_serve(ctx: typer.Context, *, node_id: str | None = None) -> Engine:
     """For `vortos run` and `vortos consume`: the process that owns the database opens it
     itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket).
-    Its daemons lead with `lease_driver` (default: the lease_driver setting)."""
-    cli = state(ctx)
-    return _open(
-        cli,
-        create=True,
-        lease_driver=lease_driver or cli.settings.lease_driver,
-        redis_url=redis_url or cli.settings.redis_url,
-    )
+    Its daemons lead with the lease driver of `cli.plugins()` (call it first, with the
+    command's --lease-driver)."""
+    return _open(state(ctx), create=True, node_id=node_id)
 
 
 def _open(
@@ -114,11 +133,12 @@ def _open(
     *,
     create: bool,
     control_socket: Path | None = None,
-    lease_driver: str = "row",
-    redis_url: str | None = None,
+    node_id: str | None = None,
 ) -> Engine:
-    """An engine that checks access, with the settings' audit key file; four-eyes requests it
-    makes stay open for the approval_ttl setting (through a control socket, the server's)."""
+    """An engine that checks access with the selected policy, with the settings' audit key
+    file; four-eyes requests it makes stay open for the approval_ttl setting (through a
+    control socket, the server's)."""
+    plugins = cli.plugins()
     engine = open_engine(
         cli.db,
         create=create,
@@ -126,16 +146,21 @@ def _open(
         enforce=True,
         control_socket=control_socket,
         audit_key_file=cli.settings.audit_key_file,
-        lease_driver=lease_driver,
-        redis_url=redis_url,
+        plugins=plugins,
+        settings=cli.settings,
+        node_id=node_id,
     )
     engine.service.four_eyes.ttl_ms = cli.settings.approval_ttl
     return engine
 
 
 def open_for_read(ctx: typer.Context) -> Engine:
-    """Reads see only the tenants the operator may view."""
-    return open_engine(state(ctx).db, create=False, readonly=True, enforce=True)
+    """Reads see only the tenants the operator may view (by the selected policy)."""
+    cli = state(ctx)
+    plugins = cli.plugins()
+    return open_engine(
+        cli.db, create=False, readonly=True, enforce=True, plugins=plugins, settings=cli.settings
+    )
 
 
 def operator() -> str:

@@ -11,10 +11,13 @@ from rich.table import Table
 from rich.text import Text
 
 from engine import open_engine
+from engine.api import default_node_id
 from engine.control import RemoteService
 from engine.domain.errors import VortosError
+from engine.extensions import Builder, doctor_checks
 from engine.governance.audit import ChainReport
 from engine.governance.doctor import DoctorContext, Report, Status, default_checks, run_checks
+from engine.plugins import PluginError, Selection
 from vortos_tui.cli.context import CliState, state
 from vortos_tui.cli.output import emit_json, handles_errors, stdout
 
@@ -31,9 +34,24 @@ class DoctorFailed(VortosError):
 
 
 def run_doctor(cli: CliState) -> Report:
-    """Every check on `cli`'s database, read-only (the CLI's doctor and the console's view)."""
+    """Every check on `cli`'s database, read-only (the CLI's doctor and the console's view),
+    and the doctor_checks plug-ins. A plug-in that cannot be loaded is a failed finding
+    (plugins.ports), not the end of the doctor."""
+    plugins: Selection | None = None
+    problem: str | None = None
+    try:
+        plugins = cli.plugins()
+    except PluginError as exc:
+        problem = str(exc)
     with (
-        open_engine(cli.db, create=False, readonly=True, enforce=True) as engine,
+        open_engine(
+            cli.db,
+            create=False,
+            readonly=True,
+            enforce=True,
+            plugins=plugins,
+            settings=cli.settings,
+        ) as engine,
         contextlib.ExitStack() as opened,
     ):
         remote_verify: Callable[[], list[ChainReport]] | None = None
@@ -48,6 +66,13 @@ def run_doctor(cli: CliState) -> Report:
             def remote_verify() -> list[ChainReport]:
                 return [ChainReport.from_json(r) for r in service.audit_verify(record=False)]
 
+        checks = default_checks()
+        if plugins is not None:
+            builder = Builder(engine.storage, engine.clock, cli.db, default_node_id(), cli.settings)
+            try:
+                checks += doctor_checks(plugins, builder)
+            except PluginError as exc:
+                problem = str(exc)
         return run_checks(
             DoctorContext(
                 engine.storage,
@@ -59,8 +84,11 @@ def run_doctor(cli: CliState) -> Report:
                 commands=cli.commands(),
                 static=cli.loaded_app().static if cli.app is not None else None,
                 shards=cli.settings.shards,
+                plugins=plugins,
+                plugin_problem=problem,
+                plugin_timeout_ms=cli.settings.plugin_timeout,
             ),
-            default_checks(),
+            checks,
         )
 
 

@@ -12,7 +12,6 @@ from typing import Annotated
 import typer
 
 from engine.api import Engine, default_node_id
-from engine.backends.lease_drivers import LEASE_DRIVERS
 from engine.domain.approvals import approval_ttl_ms
 from engine.domain.database import is_postgres_url, shown
 from engine.domain.errors import InvalidInput
@@ -52,6 +51,7 @@ from vortos_tui.cli.workers import (
     consumer_settings,
     on_stop_signals,
     start_consumer,
+    start_plugins,
     start_telemetry,
 )
 
@@ -144,7 +144,8 @@ def run(
         typer.Option(
             "--lease-driver",
             help="How the leader lease is held: row (default), advisory (a PostgreSQL "
-            "advisory lock: a crashed leader is replaced at once) or redis (--redis-url).",
+            "advisory lock: a crashed leader is replaced at once), redis (--redis-url), or a "
+            "plug-in's name or dotted path (see `vortos plugins`).",
         ),
     ] = "row",
     redis_url: Annotated[
@@ -184,13 +185,13 @@ def run(
     node = node_id or default_node_id()
     cli = state(ctx)
     cli.commands()  # import the app (and refuse a broken one) before opening the database
+    # The same for every plug-in the settings name: a missing or broken one stops us here.
+    cli.plugins(lease_driver=o.lease_driver, redis_url=o.redis_url)
     with contextlib.ExitStack() as serving:
         # A metrics port in use fails here, before the database is opened.
         telemetry = start_telemetry(o.metrics_port, o.metrics_host, trace)
         serving.callback(telemetry.close)
-        engine = serving.enter_context(
-            open_to_serve(ctx, lease_driver=o.lease_driver, redis_url=o.redis_url)
-        )
+        engine = serving.enter_context(open_to_serve(ctx, node_id=node))
         serving.callback(telemetry.close)  # again, first: no scrape once the database closes
         telemetry.watch(engine, cli.db)
         # Every fire is audited: without the key there is no dispatching, so say so now.
@@ -202,8 +203,12 @@ def run(
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
+        plugins = start_plugins(engine, cli, node, telemetry, ship_audit=True)
+        serving.callback(plugins.close)
         consumer = (
-            None if no_consume else build_consumer(engine, node, o.consumers, telemetry.observer)
+            None
+            if no_consume
+            else build_consumer(engine, node, o.consumers, telemetry.observer, plugins.enqueuer)
         )
 
         def dispatched(report: DispatchReport) -> None:
@@ -242,6 +247,8 @@ def run(
             "no consumers" if consumer is None else f"{o.consumers.concurrency} consumer thread(s)",
             telemetry.describe(),
         )
+        # Audit sinks are fed by the node that leads (shard 0's leader, with shards).
+        plugins.start(leading=lambda: daemons[0].leading)
         worker = None if consumer is None else start_consumer(consumer)
         try:
             run_daemons(daemons)
@@ -316,17 +323,9 @@ def _options(ctx: typer.Context) -> _Options:
         metrics_host=configured(ctx, "metrics_host"),
         log_level=configured(ctx, "log_level"),
         shards=_shards(ctx, configured(ctx, "shards")),
-        lease_driver=_lease_driver(configured(ctx, "lease_driver")),
+        lease_driver=configured(ctx, "lease_driver"),
         redis_url=configured(ctx, "redis_url"),
     )
-
-
-def _lease_driver(name: str) -> str:
-    if name not in LEASE_DRIVERS:
-        raise InvalidInput(
-            f"--lease-driver {name!r} is not a lease driver: choose {', '.join(LEASE_DRIVERS)}"
-        )
-    return name
 
 
 def _shards(ctx: typer.Context, shards: int) -> int:

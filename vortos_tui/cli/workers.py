@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from engine import Engine, FireQueueConsumer, open_read_model
-from engine.domain.database import Database
+from engine.domain.database import Database, parse_database
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
+from engine.extensions import Builder, Runtime, build_runtime
 from engine.governance.deadman import DeadmanWatch, Judgement
 from engine.observability import (
     NULL_OBSERVER,
@@ -27,8 +28,10 @@ from engine.observability import (
     serve_metrics,
     tracing,
 )
+from engine.ports.enqueuer import Enqueuer
 from engine.retention import PruneReport, attach_sweeper
 from engine.runtime.consumer import DEFAULT_CONCURRENCY, MIN_CLAIM_TTL_MS
+from vortos_tui.cli.context import CliState
 
 if TYPE_CHECKING:
     # Loaded only when metrics are asked for: they import prometheus_client.
@@ -136,7 +139,11 @@ def consumer_settings(consumers: int, claim_ttl: str, grace: str) -> ConsumerSet
 
 
 def build_consumer(
-    engine: Engine, node: str, settings: ConsumerSettings, observer: Observer = NULL_OBSERVER
+    engine: Engine,
+    node: str,
+    settings: ConsumerSettings,
+    observer: Observer = NULL_OBSERVER,
+    enqueuer: Enqueuer | None = None,
 ) -> FireQueueConsumer:
     return engine.consumer(
         consumer_id=node,
@@ -144,7 +151,28 @@ def build_consumer(
         claim_ttl_ms=settings.claim_ttl_ms,
         grace_ms=settings.grace_ms,
         observer=observer,
+        enqueuer=enqueuer,
     )
+
+
+def start_plugins(
+    engine: Engine, cli: CliState, node: str, telemetry: Telemetry, *, ship_audit: bool
+) -> Runtime:
+    """Build the enqueuer, metrics backends and (with `ship_audit`) audit sinks the settings
+    select; their failures are counted by this process's metrics. Metrics backends join the
+    telemetry observer. Close the result before the database."""
+    builder = Builder(engine.storage, engine.clock, parse_database(str(cli.db)), node, cli.settings)
+    counted = telemetry.observer
+    runtime = build_runtime(
+        cli.plugins(),
+        builder,
+        timeout_ms=cli.settings.plugin_timeout,
+        on_failure=counted.plugin_failed,
+        ship_audit=ship_audit,
+    )
+    if runtime.metrics:
+        telemetry.observer = Observers(counted, *runtime.observers())
+    return runtime
 
 
 @dataclass

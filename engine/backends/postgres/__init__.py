@@ -17,6 +17,7 @@ import psycopg
 
 from engine.backends.audit import KeySource
 from engine.backends.diagnostics import store_counts
+from engine.backends.plugin_state import SqlPluginStateStore
 from engine.backends.postgres.approvals import PostgresApprovalStore
 from engine.backends.postgres.audit import PostgresAuditLog
 from engine.backends.postgres.changes import PostgresChangeFeed
@@ -90,6 +91,7 @@ class PostgresBackend:
         self.audit = PostgresAuditLog(self.pool, clock, audit_keys)
         self.dispatcher = PostgresDispatcher(self.pool, self.audit)
         self.operators = PostgresOperatorStore(self.pool)
+        self.plugin_state = SqlPluginStateStore(self.pool)
         self.approvals = PostgresApprovalStore(self.pool)
         self.retention = PostgresRetentionStore(self.pool)
 

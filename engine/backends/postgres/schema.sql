@@ -240,6 +240,31 @@ CREATE TABLE retention_overrides (
     set_at BIGINT NOT NULL
 );
 
+-- Plug-ins (engine.plugins): how far each audit sink's copy reaches in each chain, and each
+-- node's latest report on its plug-ins' health (what `vortos doctor` shows).
+CREATE TABLE audit_sink_positions (
+    sink       TEXT NOT NULL,
+    chain      TEXT NOT NULL,
+    seq        BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL,
+    PRIMARY KEY (sink, chain)
+);
+CREATE TABLE plugin_health (
+    node_id       TEXT NOT NULL,
+    port          TEXT NOT NULL,
+    plugin        TEXT NOT NULL,
+    calls         BIGINT NOT NULL,
+    failures      BIGINT NOT NULL,
+    timeouts      BIGINT NOT NULL,
+    dropped       BIGINT NOT NULL,
+    busy_since    BIGINT,
+    backlog       BIGINT NOT NULL,
+    last_error    TEXT,
+    last_error_at BIGINT,
+    reported_at   BIGINT NOT NULL,
+    PRIMARY KEY (node_id, port, plugin)
+);
+
 -- Wake-ups: a commit that changes schedules or makes fires available notifies channel `vortos`
 -- with the schema's name, so daemons and consumers sleeping in LISTEN wake at once
 -- (engine.backends.postgres.changes), and only those of this schema act on it. A transaction

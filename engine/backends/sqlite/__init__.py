@@ -12,6 +12,7 @@ from typing import Any
 import apsw
 
 from engine.backends.diagnostics import store_counts
+from engine.backends.plugin_state import SqlPluginStateStore
 from engine.backends.sqlite.approvals import SqliteApprovalStore
 from engine.backends.sqlite.audit import KeySource, SqliteAuditLog
 from engine.backends.sqlite.changes import SqliteChangeFeed
@@ -64,6 +65,7 @@ class SqliteBackend:
         self.audit = SqliteAuditLog(self.pool, clock, audit_keys)
         self.dispatcher = SqliteDispatcher(self.pool, self.audit)
         self.operators = SqliteOperatorStore(self.pool)
+        self.plugin_state = SqlPluginStateStore(self.pool)
         self.approvals = SqliteApprovalStore(self.pool)
         self.retention = SqliteRetentionStore(self.pool)
 

@@ -22,7 +22,7 @@ from engine.backends.sql import Args, Dialect
 from engine.domain.errors import StorageError, VortosError
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -180,6 +180,33 @@ CREATE TABLE IF NOT EXISTS retention_overrides (
     reason TEXT,
     set_by TEXT NOT NULL,
     set_at INTEGER NOT NULL
+) WITHOUT ROWID;
+""",
+    # Plug-ins: audit sinks' positions and plug-in health.
+    10: """
+-- Plug-ins (engine.plugins): how far each audit sink's copy reaches in each chain, and each
+-- node's latest report on its plug-ins' health (what `vortos doctor` shows).
+CREATE TABLE IF NOT EXISTS audit_sink_positions (
+    sink       TEXT NOT NULL,
+    chain      TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (sink, chain)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS plugin_health (
+    node_id       TEXT NOT NULL,
+    port          TEXT NOT NULL,
+    plugin        TEXT NOT NULL,
+    calls         INTEGER NOT NULL,
+    failures      INTEGER NOT NULL,
+    timeouts      INTEGER NOT NULL,
+    dropped       INTEGER NOT NULL,
+    busy_since    INTEGER,
+    backlog       INTEGER NOT NULL,
+    last_error    TEXT,
+    last_error_at INTEGER,
+    reported_at   INTEGER NOT NULL,
+    PRIMARY KEY (node_id, port, plugin)
 ) WITHOUT ROWID;
 """,
 }

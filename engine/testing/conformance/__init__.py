@@ -16,12 +16,19 @@ A failing test's message names the guarantee that was broken.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
-
-# Plain asserts in the suites report their operands, as in a test module of your own.
-pytest.register_assert_rewrite("engine.testing.conformance")
+if TYPE_CHECKING:  # what the lazy names are, for type checkers
+    from engine.testing.conformance.approval_store import ApprovalStoreConformance
+    from engine.testing.conformance.audit_sink import AuditSinkConformance
+    from engine.testing.conformance.fair_dispatch import FairDispatchConformance
+    from engine.testing.conformance.fire_queue import FireQueueConformance
+    from engine.testing.conformance.lease import LeaseConformance
+    from engine.testing.conformance.retention_store import RetentionStoreConformance
+    from engine.testing.conformance.run_ledger import RunLedgerConformance
+    from engine.testing.conformance.schedule_store import ScheduleStoreConformance
+    from engine.testing.conformance.storage import StorageConformance
+    from engine.testing.conformance.tenant_isolation import TenantIsolationConformance
 
 _SUITES = {
     "StorageConformance": "storage",
