@@ -18,15 +18,19 @@ from pathlib import Path
 import pytest
 from vortos_example_plugins import DamagedCopy, FileLockLease, JsonlAuditSink, read_copy
 
+from engine.api import open_engine
 from engine.domain.audit import SYSTEM_CHAIN, AuditEntry, tenant_chain
 from engine.domain.clock import ManualClock, SystemClock
 from engine.domain.errors import LeaseNotOwned
+from engine.domain.run import RunKind, RunState
 from engine.plugins import PORT_BY_SETTING, PluginContext, PluginError, find
 from engine.ports.audit_sink import AuditSink
-from engine.ports.lease import LeasePort
+from engine.ports.lease import LEADER_LEASE, Lease, LeasePort
+from engine.ports.runs import RunQuery
 from engine.testing.conformance.audit_sink import AuditSinkConformance, audit_chain
 from engine.testing.conformance.lease import LeaseConformance
-from tests.conftest import T0
+from tests.conftest import T0, run_cli
+from tests.integration.processes import Daemon, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "scheduler:leader"
@@ -294,3 +298,91 @@ def test_lease_of_a_killed_process_is_free_once_it_expires(tmp_path: Path) -> No
     assert left.token == "token-dead", "the killed holder's lease must stand until it expires"
     assert refused is None, "the killed holder's lease must stand until it expires"
     assert taken is not None, "the killed holder's lease must be free once it expired"
+
+
+# -- acceptance 1: selected by setting, serving a real `vortos run` ----------------------------
+
+
+def _leader_row(db: Path) -> Lease | None:
+    """The database's lease row, where dispatch fences (a plug-in's lease is mirrored there)."""
+    with open_engine(db, create=False, readonly=True) as engine:
+        return engine.storage.leases.current(LEADER_LEASE)
+
+
+def _completed_slots(db: Path) -> list[int]:
+    with open_engine(db, create=False, readonly=True) as engine:
+        runs = engine.storage.runs.query(RunQuery(state=RunState.COMPLETED, limit=100_000))
+    return sorted(r.slot_at for r in runs if r.kind is RunKind.SCHEDULED)
+
+
+def _chains(db: Path) -> dict[str, list[int]]:
+    with open_engine(db, create=False, readonly=True) as engine:
+        audit = engine.storage.audit
+        return {c: [e.seq for e in audit.entries(c)] for c in audit.chains()}
+
+
+def _copied_up_to(copy: Path, heads: dict[str, int]) -> bool:
+    reached: dict[str, int] = {}
+    for entry in read_copy(copy):
+        reached[entry.chain] = max(reached.get(entry.chain, 0), entry.seq)
+    return all(reached.get(chain, 0) >= seq for chain, seq in heads.items())
+
+
+def test_vortos_run_leads_with_filelock_and_copies_the_audit_trail_to_jsonl(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "vortos.db"
+    config = tmp_path / "vortos.toml"
+    config.write_text('lease_driver = "filelock"\naudit_sinks = ["jsonl"]\n')
+    env = {"VORTOS_CONFIG": str(config)}
+    added = run_cli("schedule", "add", "tick", "--every", "1s", "--command", "noop", db=db, env=env)
+    assert added.code == 0, added.stderr
+    copy = tmp_path / "audit.jsonl"
+    files = FileLockLease(tmp_path / "vortos.db.leases", SystemClock())
+
+    first = Daemon(db, "node-a", tmp_path, lease_ttl="2s", env=env)
+    second: Daemon | None = None
+    try:
+        wait_for(lambda: len(_completed_slots(db)) >= 3, 20, "node-a to run three slots")
+        held = files.current(LEADER_LEASE)
+        assert held is not None, "the filelock driver holds the leader lease in its directory"
+        assert held.holder == "node-a"
+        row = _leader_row(db)
+        assert row is not None, "the plug-in's lease is mirrored into the row dispatch fences on"
+        assert (row.holder, row.token) == (held.holder, held.token)
+
+        # A standby on the same driver takes over once the killed leader's lease expires.
+        second = Daemon(db, "node-b", tmp_path, lease_ttl="2s", env=env)
+        first.kill()
+        killed_at = len(_completed_slots(db))
+        wait_for(
+            lambda: (lease := files.current(LEADER_LEASE)) is not None and lease.holder == "node-b",
+            20,
+            "node-b to take the filelock lease",
+        )
+        wait_for(lambda: len(_completed_slots(db)) >= killed_at + 3, 20, "node-b to run slots")
+        # The copy catches up with every chain's head as it was a moment ago (shipping
+        # resumed on node-b from the position node-a stored).
+        heads = {chain: seqs[-1] for chain, seqs in _chains(db).items()}
+        wait_for(lambda: _copied_up_to(copy, heads), 15, f"the jsonl copy to reach {heads}")
+        assert second.terminate() == 0, second.log
+    finally:
+        for node in (first, second):
+            if node is not None and node.process.poll() is None:
+                node.kill()
+
+    slots = _completed_slots(db)
+    assert len(slots) == len(set(slots)), "no slot ran twice across the failover"
+    assert slots == list(range(slots[0], slots[-1] + 1000, 1000)), "no slot was lost"
+    stored: dict[str, list[int]] = {}
+    for entry in read_copy(copy):
+        stored.setdefault(entry.chain, []).append(entry.seq)
+    for chain, seqs in stored.items():
+        assert seqs == list(range(1, len(seqs) + 1)), f"{chain}: copied once each, in order"
+
+    doctor = run_cli("doctor", "--json", db=db, env=env)
+    findings = {f["check_id"]: f for f in json.loads(doctor.stdout)["findings"]}
+    ports = findings["plugins.ports"]
+    assert ports["status"] == "pass", ports
+    assert "lease driver: filelock (entry point of vortos-example-plugins" in ports["detail"]
+    assert "audit sinks: jsonl (entry point of vortos-example-plugins" in ports["detail"]
