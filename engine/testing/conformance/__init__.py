@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from engine.testing.conformance.fair_dispatch import FairDispatchConformance
     from engine.testing.conformance.fire_queue import FireQueueConformance
     from engine.testing.conformance.lease import LeaseConformance
+    from engine.testing.conformance.plugin_state import PluginStateConformance
     from engine.testing.conformance.retention_store import RetentionStoreConformance
     from engine.testing.conformance.run_ledger import RunLedgerConformance
     from engine.testing.conformance.schedule_store import ScheduleStoreConformance
@@ -41,6 +42,7 @@ _SUITES = {
     "RetentionStoreConformance": "retention_store",
     "LeaseConformance": "lease",
     "AuditSinkConformance": "audit_sink",
+    "PluginStateConformance": "plugin_state",
 }
 
 __all__ = [  # noqa: RUF022 - in the order of _SUITES
@@ -54,6 +56,7 @@ __all__ = [  # noqa: RUF022 - in the order of _SUITES
     "RetentionStoreConformance",
     "LeaseConformance",
     "AuditSinkConformance",
+    "PluginStateConformance",
 ]
 
 
