@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable
 
 from engine import Engine, FireQueueConsumer, SchedulerDaemon
+from engine.extensions import Runtime
+from engine.observability.observer import Observers
 from engine.ports.dispatch import DispatchReport
 from vortos_tui.console.context import NodeRole, NodeStatus
 
@@ -27,16 +29,26 @@ class EngineHost:
         concurrency: int,
         claim_ttl_ms: int,
         grace_ms: int,
+        plugins: Runtime | None = None,
     ) -> None:
+        """`plugins`: the enqueuer, metrics backends and audit sinks the settings select
+        (engine.extensions.build_runtime), run here as `vortos run` runs them; closed by stop."""
         self.node_id = node_id
+        self.plugins = plugins or Runtime()
+        observer = Observers(*self.plugins.observers())
         self.consumer: FireQueueConsumer = engine.consumer(
             consumer_id=node_id,
             concurrency=concurrency,
             claim_ttl_ms=claim_ttl_ms,
             grace_ms=grace_ms,
+            observer=observer,
+            enqueuer=self.plugins.enqueuer,
         )
         self.daemon: SchedulerDaemon = engine.daemon(
-            node_id=node_id, lease_ttl_ms=lease_ttl_ms, on_dispatch=self._dispatched
+            node_id=node_id,
+            lease_ttl_ms=lease_ttl_ms,
+            on_dispatch=self._dispatched,
+            observer=observer,
         )
         self._threads: list[threading.Thread] = []
         self.failed: str | None = None  # the loop that died, if one did
@@ -53,6 +65,7 @@ class EngineHost:
             thread = threading.Thread(target=self._guarded, args=(name, target), name=name)
             thread.start()
             self._threads.append(thread)
+        self.plugins.start(leading=lambda: self.daemon.leading)
 
     def _guarded(self, name: str, loop: Callable[[], None]) -> None:
         # The loops retry storage errors themselves; anything else is a bug. Say so on the
@@ -83,4 +96,5 @@ class EngineHost:
         self.consumer.stop()
         for thread in self._threads:
             thread.join()
+        self.plugins.close()
         log.info("in-process engine stopped")

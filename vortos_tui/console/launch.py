@@ -12,11 +12,11 @@ from textual.binding import Binding
 from engine import Engine, SystemClock, open_engine, open_read_model
 from engine.domain.database import shown
 from engine.domain.timeutil import format_duration
-from engine.governance.policy import RoleBasedPolicy
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.doctor import run_doctor
 from vortos_tui.cli.output import say
+from vortos_tui.cli.workers import Telemetry, start_plugins
 from vortos_tui.console.actions import ConsoleActions
 from vortos_tui.console.app import VortosConsole
 from vortos_tui.console.context import ConsoleContext, attached
@@ -62,6 +62,7 @@ def run_console(
     operator_label: str | None,
 ) -> None:
     commands = cli.commands()  # import the app (and refuse a broken one) before anything else
+    plugins = cli.plugins()  # and every plug-in the settings name
     if demo:
         demo_commands(commands)
     # The label only names the session on screen (web: "alice (web)"); every read and every
@@ -71,16 +72,31 @@ def run_console(
     host: EngineHost | None = None
     # With a control socket the engine is `vortos run`'s, and every change goes through it.
     attach = attach or cli.control_socket is not None
-    if attach:
-        # Refuse a missing or foreign file now, with the CLI's message, not as a banner.
-        open_engine(cli.db, create=False, readonly=True, commands=commands).close()
-    else:
+    # Refuses a missing or foreign file now, with the CLI's message, not as a banner; its
+    # access control holds the selected policy, which decides what the console shows.
+    reader = (
+        open_engine(
+            cli.db,
+            create=False,
+            readonly=True,
+            commands=commands,
+            enforce=True,
+            plugins=plugins,
+            settings=cli.settings,
+        )
+        if attach
+        else None
+    )
+    if not attach:
         engine = open_engine(
             cli.db,
             create=True,
             commands=commands,
             enforce=True,
             audit_key_file=cli.settings.audit_key_file,
+            plugins=plugins,
+            settings=cli.settings,
+            node_id=node,
         )
         engine.storage.audit.keys()  # no audit key, no dispatching: refuse now, not at a fire
         if cli.app is not None:
@@ -100,13 +116,18 @@ def run_console(
                     commands=commands,
                     enforce=True,
                     control_socket=cli.control_socket,
+                    plugins=plugins,
+                    settings=cli.settings,
                 )
             ),
             who,
             owns_engine=shared is None,
         )
-    # One policy decides what the reads show and which verbs the console offers.
-    policy = RoleBasedPolicy()
+    # One policy, the selected one, decides what the reads show and which verbs are offered.
+    deciding = engine if engine is not None else reader
+    assert deciding is not None
+    assert deciding.service.access is not None
+    policy = deciding.service.access.policy
     context = ConsoleContext(
         db_label=shown(cli.db),
         model=open_read_model(cli.db, operator=who, policy=policy),
@@ -130,6 +151,7 @@ def run_console(
                     concurrency=concurrency,
                     claim_ttl_ms=claim_ttl_ms,
                     grace_ms=grace_ms,
+                    plugins=start_plugins(engine, cli, node, Telemetry(), ship_audit=True),
                 )
                 context.node = host.status
                 host.start()
@@ -149,3 +171,5 @@ def run_console(
                 actions.close()
             if engine is not None:
                 engine.close()
+            if reader is not None:
+                reader.close()

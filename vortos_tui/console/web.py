@@ -16,6 +16,7 @@ from engine.domain.database import Database
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.output import say
+from vortos_tui.cli.workers import Telemetry, start_plugins
 from vortos_tui.console.engine_host import EngineHost
 
 WEB_HOST = "127.0.0.1"
@@ -58,10 +59,22 @@ def serve(
     except ImportError:
         raise InvalidInput("--web needs the web extra: pip install 'vortos[web]'") from None
     commands = cli.commands()
+    plugins = cli.plugins()  # a missing or broken plug-in stops us before anything opens
     if demo:
         demo_commands(commands)
     attach = attach or cli.control_socket is not None  # the engine is `vortos run`'s
-    engine = None if attach else open_engine(cli.db, create=True, commands=commands)
+    engine = (
+        None
+        if attach
+        else open_engine(
+            cli.db,
+            create=True,
+            commands=commands,
+            plugins=plugins,
+            settings=cli.settings,
+            node_id=node,
+        )
+    )
     if attach:
         open_engine(cli.db, create=False, readonly=True).close()
     host = None
@@ -75,6 +88,7 @@ def serve(
             concurrency=concurrency,
             claim_ttl_ms=claim_ttl_ms,
             grace_ms=grace_ms,
+            plugins=start_plugins(engine, cli, node, Telemetry(), ship_audit=True),
         )
         host.start()
     command = shlex.join(
