@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.backends.mirrored_lease import MirroredLease
-from engine.backends.redis.lease import LeaseRow
+from engine.backends.mirrored_lease import LeaseRow, MirroredLease
 from engine.domain.clock import Clock
 from engine.domain.database import Database
 from engine.governance.doctor import Check

@@ -50,8 +50,8 @@ def lease_driver(
         backend = cast("PostgresBackend", storage)
         return PostgresAdvisoryLease(backend.pool, clock, storage.leases)
     if name == "redis":
+        from engine.backends.mirrored_lease import LeaseRow, MirroredLease  # noqa: PLC0415
         from engine.backends.redis import RedisLease  # noqa: PLC0415 - an extra
-        from engine.backends.redis.lease import LeaseRow  # noqa: PLC0415
 
         if not redis_url:
             raise InvalidInput("lease_driver redis needs redis_url (e.g. redis://127.0.0.1:6379/0)")
@@ -61,7 +61,7 @@ def lease_driver(
                 f"lease_driver redis cannot mirror into {type(storage).__name__}'s lease row "
                 "(it has no mirror/unmirror); use lease_driver row"
             )
-        return RedisLease(redis_url, clock, row, prefix=redis_prefix)
+        return MirroredLease(RedisLease(redis_url, clock, prefix=redis_prefix), row)
     raise InvalidInput(f"unknown lease_driver {name!r}; choose one of {', '.join(LEASE_DRIVERS)}")
 
 

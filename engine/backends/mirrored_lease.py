@@ -1,19 +1,33 @@
-"""A plug-in lease driver, mirrored into the store's lease row, where dispatch fences.
+"""A lease held elsewhere (a plug-in, Redis), mirrored into the store's lease row, where
+dispatch fences.
 
-A plug-in (etcd, a file lock, ...) decides who holds the lease; dispatch only lands while the
-row names the dispatching token. So every change of holder is written to the row too, the way
-the built-in Redis and advisory drivers do it: acquire overwrites the row, renew extends it only
-while it still names this token (a deposed holder's late renew can never put its token back),
-and release deletes it only if it does.
+The other lease decides who holds it; dispatch only lands while the row names the dispatching
+token. So every change of holder is written to the row too: acquire overwrites the row, renew
+extends it only while it still names this token (a deposed holder's late renew can never put
+its token back), and release deletes it only if it does. (The advisory driver writes the row on
+the session holding its lock instead.)
 """
 
 from __future__ import annotations
 
 import contextlib
+from typing import Protocol, runtime_checkable
 
-from engine.backends.redis.lease import LeaseRow
 from engine.domain.errors import LeaseError
 from engine.ports.lease import Lease, LeasePort
+
+
+@runtime_checkable
+class LeaseRow(LeasePort, Protocol):
+    """The store's lease row, which dispatch fences on, as another lease mirrors it."""
+
+    def mirror(self, lease: Lease) -> None:
+        """Write `lease` into the row whoever held it."""
+        ...
+
+    def unmirror(self, key: str, token: str) -> None:
+        """Delete the row if `token` holds it."""
+        ...
 
 
 class MirroredLease:

@@ -5,23 +5,21 @@ the injected clock, on which expiry is judged (as the row lease judges it). PX, 
 clock, only reclaims the key of a holder that vanished. Taking over an expired key, renewing
 and releasing compare the stored token and expiry in Lua scripts, so each is one atomic step.
 
-Dispatch fences on the row, not on the key, so every change of holder is written there too:
-acquire overwrites the row, renew extends it only while it still names this token, and release
-deletes it only if it does. A deposed holder's late write can therefore never put its token
-back into the row.
+Dispatch fences on the row, not on the key: `lease_driver("redis", ...)` wraps this in a
+MirroredLease (engine.backends.mirrored_lease), which writes every change of holder there too.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 from engine.domain.clock import Clock
-from engine.domain.errors import LeaseError, LeaseExpired, LeaseNotOwned, StorageError
-from engine.ports.lease import Lease, LeasePort
+from engine.domain.errors import LeaseExpired, LeaseNotOwned, StorageError
+from engine.ports.lease import Lease
 
 if TYPE_CHECKING:
     import redis
@@ -76,19 +74,6 @@ return 'other'
 """
 
 
-@runtime_checkable
-class LeaseRow(LeasePort, Protocol):
-    """The database's lease row, which dispatch fences on, as an external lease mirrors it."""
-
-    def mirror(self, lease: Lease) -> None:
-        """Write `lease` into the row whoever held it."""
-        ...
-
-    def unmirror(self, key: str, token: str) -> None:
-        """Delete the row if `token` holds it."""
-        ...
-
-
 def redact(url: str) -> str:
     """The URL without its password, for messages."""
     try:
@@ -114,9 +99,9 @@ def _redis_module() -> Any:
 
 
 class RedisLease:
-    """The lease on `key` held as the Redis key `<prefix>lease:<key>`, mirrored into `row`."""
+    """The lease on `key` held as the Redis key `<prefix>lease:<key>`."""
 
-    def __init__(self, url: str, clock: Clock, row: LeaseRow, prefix: str = "vortos:") -> None:
+    def __init__(self, url: str, clock: Clock, prefix: str = "vortos:") -> None:
         module = _redis_module()
         self.where = redact(url)
         self._errors: type[Exception] = module.RedisError
@@ -125,7 +110,6 @@ class RedisLease:
             module.TimeoutError,
         )
         self._clock = clock
-        self._row = row
         self._prefix = prefix
         with self._redis_errors():
             try:
@@ -168,12 +152,6 @@ class RedisLease:
                 if value is None:
                     return None
                 lease = _decode(key, value)
-        try:
-            self._row.mirror(lease)
-        except BaseException:
-            # Holding the key without the row would only block everyone until it expires.
-            self._give_up(key, token)
-            raise
         return lease
 
     def renew(self, key: str, token: str, ttl_ms: int) -> Lease:
@@ -189,12 +167,6 @@ class RedisLease:
             raise LeaseNotOwned(f"lease {key} is held by {lease.holder}, not by this token")
         if status == "expired":
             raise LeaseExpired(f"lease {key} expired {now - lease.expires_at} ms ago")
-        try:
-            # Only while the row still names this token: a deposed holder must not reinstate it.
-            self._row.renew(key, token, ttl_ms)
-        except LeaseError:
-            self._give_up(key, token)
-            raise
         return lease
 
     def release(self, key: str, token: str) -> None:
@@ -202,7 +174,6 @@ class RedisLease:
             status = self._release(keys=[self.redis_key(key)], args=[token, self._clock.now_ms()])
         if status == "other":
             raise LeaseNotOwned(f"lease {key} is held by another token, not by this one")
-        self._row.unmirror(key, token)
 
     def current(self, key: str) -> Lease | None:
         with self._redis_errors():
@@ -214,11 +185,6 @@ class RedisLease:
 
     def close(self) -> None:
         self._client.close()
-
-    def _give_up(self, key: str, token: str) -> None:
-        """Best effort: drop the key this token holds (the failure at hand is what's reported)."""
-        with suppress(self._errors):
-            self._release(keys=[self.redis_key(key)], args=[token, self._clock.now_ms()])
 
     @contextmanager
     def _redis_errors(self) -> Iterator[None]:
