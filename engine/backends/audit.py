@@ -42,6 +42,16 @@ CheckpointRow = tuple[str, int, str, str, str]
 P = TypeVar("P", bound=SqlPool[Any])
 
 
+# Each chain's newest sequence number, hopping along the primary key: one seek per chain.
+HEADS = (
+    "WITH RECURSIVE c(chain) AS (SELECT min(chain) FROM audit_entries UNION ALL "
+    "SELECT (SELECT min(chain) FROM audit_entries WHERE chain > c.chain) FROM c "
+    "WHERE c.chain IS NOT NULL) SELECT chain, "
+    "(SELECT max(seq) FROM audit_entries e WHERE e.chain = c.chain) FROM c "
+    "WHERE chain IS NOT NULL"
+)
+
+
 def head_sql(mark: str) -> str:
     """A chain's newest entry (seq, hash), through the primary key."""
     return f"SELECT seq, hash FROM audit_entries WHERE chain = {mark} ORDER BY seq DESC LIMIT 1"
@@ -147,6 +157,9 @@ class SqlAuditLog(Generic[P]):
 
     def chains(self) -> list[str]:
         return [r[0] for r in self._pool.read(self.CHAINS)]
+
+    def heads(self) -> dict[str, int]:
+        return {str(chain): int(seq) for chain, seq in self._pool.read(HEADS)}
 
     def entries(self, chain: str, *, after_seq: int = 0, limit: int = 10_000) -> list[AuditEntry]:
         m = self._mark

@@ -30,6 +30,10 @@ class AuditLog(Protocol):
 
     def chains(self) -> list[str]: ...
 
+    def heads(self) -> dict[str, int]:
+        """Each chain's newest sequence number (chains without entries absent), in one read."""
+        ...
+
     def is_empty(self) -> bool:
         """No entry in any chain."""
         ...

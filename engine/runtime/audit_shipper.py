@@ -84,23 +84,26 @@ class AuditShipper:
         """Deliver what waits for `shipped`, a batch per chain; the number of entries it took,
         or -1 when a delivery failed (the rest waits for the next round)."""
         positions = self._storage.plugin_state.sink_positions(shipped.name)
+        waiting = {
+            chain: head - positions.get(chain, 0)
+            for chain, head in self._storage.audit.heads().items()
+            if head > positions.get(chain, 0)
+        }
+        shipped.backlog = sum(waiting.values())
         delivered = 0
-        waiting = 0
-        for chain in self._storage.audit.chains():
+        for chain in sorted(waiting):
             entries = self._storage.audit.entries(
                 chain, after_seq=positions.get(chain, 0), limit=self._batch
             )
             if not entries:
                 continue
-            waiting += len(entries)
             if not shipped.guard.call(shipped.sink.deliver, entries):
-                shipped.backlog = waiting
                 return -1
             self._storage.plugin_state.advance_sink(
                 shipped.name, chain, entries[-1].seq, self._clock.now_ms()
             )
             delivered += len(entries)
-        shipped.backlog = waiting - delivered
+            shipped.backlog -= len(entries)
         return delivered
 
     def _ship(self, shipped: ShippedSink) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from engine.domain.audit import AuditEvent
 from engine.ports.plugin_state import PluginHealth
 from engine.ports.storage import Storage
 from engine.testing.conformance.storage import T0, StorageConformance
@@ -94,6 +95,21 @@ class PluginStateConformance(StorageConformance):
 
         assert sorted(found, key=lambda r: (r.port, r.plugin, r.node_id)) == sorted(
             reports, key=lambda r: (r.port, r.plugin, r.node_id)
+        )
+
+    def test_audit_heads_name_each_chains_newest_entry(self, storage: Storage) -> None:
+        # What the audit shipper compares sink positions with.
+        assert storage.audit.heads() == {}
+        storage.audit.append(
+            [
+                AuditEvent("schedule.created", "alice", tenant="acme"),
+                AuditEvent("schedule.paused", "alice", tenant="acme"),
+                AuditEvent("leader.acquired", "node-a"),
+            ]
+        )
+
+        assert storage.audit.heads() == {"tenant:acme": 2, "system": 1}, (
+            "heads: every chain with entries, at its newest sequence number"
         )
 
     def test_stale_reports_are_left_out(self, storage: Storage) -> None:
