@@ -75,7 +75,8 @@ class AuditShipper:
         left to its thread), then close the sinks that are idle."""
         self._stopping.set()
         for thread in self._threads:
-            thread.join(timeout_s)
+            if thread.ident is not None:  # started
+                thread.join(timeout_s)
         for shipped, thread in zip(self.sinks, self._threads, strict=True):
             if not thread.is_alive():
                 shipped.guard.call(shipped.sink.close)
