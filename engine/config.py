@@ -319,4 +319,13 @@ def _read_file(path: Path, required: bool) -> dict[str, Any]:
     table = data.get("vortos", data)
     if not isinstance(table, dict):
         raise InvalidInput(f"config file {path}: [vortos] must be a table")
+    # [plugin.<name>] tables beside a [vortos] table are the plug-ins' options, as they are
+    # beside top-level keys: dropping them would silently start plug-ins without them.
+    if table is not data and PLUGIN_TABLE in data:
+        if PLUGIN_TABLE in table:
+            raise InvalidInput(
+                f"config file {path}: plug-in options are given both as [{PLUGIN_TABLE}.<name>] "
+                f"and as [vortos.{PLUGIN_TABLE}.<name>]; keep one"
+            )
+        table = {**table, PLUGIN_TABLE: data[PLUGIN_TABLE]}
     return table
