@@ -121,6 +121,10 @@ PORTS: tuple[Port, ...] = (
 PORT_BY_SETTING = {p.setting: p for p in PORTS}
 
 
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
+
+
 def is_dotted_path(value: str) -> bool:
     """`pkg.module:attr` or `pkg.module.attr`; a plain word is a name."""
     return ":" in value or "." in value
@@ -156,8 +160,8 @@ class Plugin:
         missing = [attr for attr in self.port.required if not hasattr(built, attr)]
         if missing:
             raise PluginError(
-                f"{self.port.setting} = {self.name!r}: {self.target} returned a "
-                f"{type(built).__name__}, which is not a {self.port.what} (it has no "
+                f"{self.port.setting} = {self.name!r}: {self.target} returned "
+                f"{_a(type(built).__name__)}, which is not {_a(self.port.what)} (it has no "
                 f"{', '.join(missing)}); see the {self.port.what} port in engine.extend"
             )
         return built
@@ -179,7 +183,7 @@ def find(port: Port, value: str) -> Plugin:
     """Find and import what `value` names for `port`; PluginError saying what is wrong."""
     value = value.strip()
     if not value:
-        raise PluginError(f"{port.setting} is empty: name a {port.what} or give a dotted path")
+        raise PluginError(f"{port.setting} is empty: name {_a(port.what)} or give a dotted path")
     if value in port.builtins:
         target = port.builtins[value]
         return Plugin(port, value, "built-in", target, _import(port, value, target))
@@ -197,7 +201,7 @@ def find(port: Port, value: str) -> Plugin:
     if len(matches) > 1:
         dists = ", ".join(_dist(ep) for ep in matches)
         raise PluginError(
-            f"{port.setting} = {value!r}: several installed packages provide a {port.what} of "
+            f"{port.setting} = {value!r}: several installed packages provide {_a(port.what)} of "
             f"that name ({dists}); uninstall one, or give its dotted path instead"
         )
     entry = matches[0]
@@ -253,7 +257,7 @@ def _import(port: Port, value: str, target: str) -> Factory:
 def _check_callable(port: Port, value: str, target: str, obj: object) -> None:
     if not callable(obj):
         raise PluginError(
-            f"{port.setting} = {value!r}: {target} is a {type(obj).__name__}, not a factory; "
+            f"{port.setting} = {value!r}: {target} is {_a(type(obj).__name__)}, not a factory; "
             "name a class or a function that takes a PluginContext"
         )
 

@@ -274,12 +274,6 @@ def test_a_sink_or_metrics_backend_whose_factory_raises_stops_run_with_a_clear_e
     assert f"failed to start: {BUILD_ERROR}" in last, last
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known: `vortos run` builds audit sinks and metrics backends after it has synced "
-    "the static schedules (the built-in retention sweep is created, and audited, in a "
-    "database that lacks it), so a factory that raises there leaves that change behind",
-)
 def test_a_sink_whose_factory_raises_leaves_an_existing_database_unchanged(
     seeded_db: Path, seed_template: Path, modules: Path
 ) -> None:

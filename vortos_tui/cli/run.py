@@ -192,6 +192,9 @@ def run(
         telemetry = start_telemetry(o.metrics_port, o.metrics_host, trace)
         serving.callback(telemetry.close)
         engine = serving.enter_context(open_to_serve(ctx, node_id=node))
+        # Built before anything is written: a plug-in that fails to start changes nothing.
+        plugins = start_plugins(engine, cli, node, telemetry, ship_audit=True)
+        serving.callback(plugins.close)
         serving.callback(telemetry.close)  # again, first: no scrape once the database closes
         telemetry.watch(engine, cli.db)
         # Every fire is audited: without the key there is no dispatching, so say so now.
@@ -203,8 +206,6 @@ def run(
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
-        plugins = start_plugins(engine, cli, node, telemetry, ship_audit=True)
-        serving.callback(plugins.close)
         consumer = (
             None
             if no_consume
