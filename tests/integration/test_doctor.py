@@ -24,6 +24,7 @@ from engine import (
 from engine.backends.sqlite.connection import SCHEMA_VERSION
 from engine.commands import builtin_commands
 from engine.commands.decorators import StaticSchedule
+from engine.config import load_settings
 from engine.domain.access import Grant, Role
 from engine.domain.schedule import MisfireKind, MisfirePolicy
 from engine.domain.timeutil import MINUTE_MS
@@ -36,8 +37,10 @@ from engine.governance.doctor import (
     default_checks,
     run_checks,
 )
+from engine.plugins import select_plugins
 from engine.ports.fire_queue import Outcome, Settlement
 from engine.ports.lease import shard_lease
+from engine.ports.plugin_state import PluginHealth
 from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT, retention_schedule
 from engine.runtime.consumer import FireQueueConsumer
 from engine.runtime.daemon import SchedulerDaemon
@@ -72,6 +75,7 @@ class Site:
             commands=self.engine.commands,
             static=[],
             read_only=False,
+            plugins=DEFAULT_PLUGINS,
         )
         for key, value in given.items():
             setattr(ctx, key, value)
@@ -85,6 +89,10 @@ class Site:
                 conn.execute(statement)
         finally:
             conn.close()
+
+
+# The plug-ins of a deployment without settings: the built-ins.
+DEFAULT_PLUGINS = select_plugins(load_settings(env={}))
 
 
 def every_minute(name: str, **extra: object) -> ScheduleSpec:
@@ -261,6 +269,35 @@ def _daemon_stopped_three_periods(site: Site) -> dict[str, Finding]:
     return site.findings()
 
 
+def _plugin_that_cannot_load(site: Site) -> dict[str, Finding]:
+    return site.findings(
+        plugins=None,
+        plugin_problem="audit_sinks = 'siem': no audit sink of that name (known: jsonl)",
+    )
+
+
+def _failing_audit_sink(site: Site) -> dict[str, Finding]:
+    site.engine.storage.plugin_state.report_health(
+        [
+            PluginHealth(
+                node_id="n1",
+                port="audit_sinks",
+                plugin="siem",
+                calls=4,
+                failures=9,
+                timeouts=0,
+                dropped=0,
+                busy_since=None,
+                backlog=12,
+                last_error="ConnectionError: refused",
+                last_error_at=site.clock.now_ms() - 1_000,
+                reported_at=site.clock.now_ms(),
+            )
+        ]
+    )
+    return site.findings()
+
+
 def _bad_tolerance(site: Site) -> dict[str, Finding]:
     site.sql("""UPDATE schedules SET metadata = '{"deadman_tolerance":"soon"}'""")
     return site.findings()
@@ -288,6 +325,8 @@ FAILURES: list[tuple[str, Breaker, Status]] = [
     ("retention.health", _sweeper_never_completed, Status.FAIL),
     ("schedules.overdue", _daemon_stopped_three_periods, Status.FAIL),
     ("deadman.wiring", _bad_tolerance, Status.FAIL),
+    ("plugins.ports", _plugin_that_cannot_load, Status.FAIL),
+    ("plugins.health", _failing_audit_sink, Status.WARN),
 ]
 
 

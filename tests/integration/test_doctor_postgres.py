@@ -20,11 +20,13 @@ from engine.backends.postgres.connection import SCHEMA_VERSION
 from engine.backends.postgres.diagnostics import PostgresDiagnostics
 from engine.backends.sqlite import SqliteBackend
 from engine.commands import builtin_commands
+from engine.config import load_settings
 from engine.domain.access import Grant, Role
 from engine.domain.audit import KeyRing
 from engine.domain.timeutil import MINUTE_MS
 from engine.governance.checks import SKEW_FAIL_MS, SKEW_WARN_MS, ClockSkew
 from engine.governance.doctor import DoctorContext, Finding, Status, default_checks, run_checks
+from engine.plugins import select_plugins
 from engine.ports.diagnostics import Diagnostics
 from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT, retention_schedule
 from tests.conftest import T0, run_cli
@@ -56,6 +58,7 @@ class PgSite:
             commands=self.engine.commands,
             static=[],
             read_only=False,
+            plugins=select_plugins(load_settings(env={})),
         )
         return {f.check_id: f for f in run_checks(ctx, default_checks()).findings}
 
@@ -127,7 +130,7 @@ def test_postgres_storage_facts_name_the_server_database_and_schema(site: PgSite
     facts = site.storage.diagnostics().storage_facts()
     schema = site.url.rsplit("%3D", 1)[1]
     assert facts.backend == "postgres"
-    assert (facts.schema_version, facts.supported_schema_version) == (1, SCHEMA_VERSION)
+    assert (facts.schema_version, facts.supported_schema_version) == (2, SCHEMA_VERSION)
     assert (facts.journal_mode, facts.synchronous) == (None, None)
     assert facts.location == f"127.0.0.1:5432/test schema {schema}"
 

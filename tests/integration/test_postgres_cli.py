@@ -13,6 +13,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from engine.backends.postgres.connection import SCHEMA_VERSION
 from tests.conftest import CliResult, cli_env, run_cli
 from tests.integration.processes import Daemon, wait_for
 from tests.pg import PG_AUDIT_KEY, PG_URL, fresh_schema, need_postgres
@@ -64,14 +65,14 @@ def assert_one_clear_line(result: CliResult, *needles: str) -> None:
 def test_migrate_creates_the_schema_and_then_says_it_is_current(empty_schema: str) -> None:
     created = vortos(empty_schema, "db", "migrate", env=KEY)
     assert created.code == 0, created.stderr
-    assert "created the Vortos schema (version 1)" in created.stderr
+    assert f"created the Vortos schema (version {SCHEMA_VERSION})" in created.stderr
     assert {"schedules", "runs", "fire_queue", "leases", "audit_entries"} <= set(
         tables_in(empty_schema)
     )
 
     again = vortos(empty_schema, "db", "migrate", env=KEY)
     assert again.code == 0, again.stderr
-    assert "is current (version 1)" in again.stderr
+    assert f"is current (version {SCHEMA_VERSION})" in again.stderr
 
 
 def test_migrators_racing_on_a_new_schema_create_it_once(empty_schema: str) -> None:
@@ -138,7 +139,11 @@ def test_schedules_are_added_listed_and_shown_on_postgres(migrated: str) -> None
     info = vortos(migrated, "db", "info", "--json")
     assert info.code == 0, info.stderr
     facts = json.loads(info.stdout)
-    assert (facts["backend"], facts["schema_version"], facts["schedules"]) == ("postgres", 1, 1)
+    assert (facts["backend"], facts["schema_version"], facts["schedules"]) == (
+        "postgres",
+        SCHEMA_VERSION,
+        1,
+    )
 
 
 def test_a_change_without_the_shared_audit_key_is_refused_naming_the_setting(
