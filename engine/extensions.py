@@ -93,6 +93,7 @@ class Runtime:
     shipper: AuditShipper | None = None
     reporter: HealthReporter | None = None
     timeout_ms: int = DEFAULT_PLUGIN_TIMEOUT_MS
+    guards: list[Guard] = field(default_factory=list)  # one per secondary plug-in
 
     def observers(self) -> list[Observer]:
         return list(self.metrics)
@@ -137,6 +138,7 @@ def build_runtime(
             runtime.enqueuer = builder.build(selection.enqueuer)
         for plugin in selection.metrics:
             guard = Guard("metrics", plugin.name, builder.clock, timeout_ms, on_failure)
+            runtime.guards.append(guard)
             observer = IsolatedObserver(builder.build(plugin), guard)
             runtime.metrics.append(observer)
             watched.append((guard, _backlog_of(observer)))
@@ -144,6 +146,7 @@ def build_runtime(
             sinks = []
             for plugin in selection.audit_sinks:
                 guard = Guard("audit_sinks", plugin.name, builder.clock, timeout_ms, on_failure)
+                runtime.guards.append(guard)
                 shipped = ShippedSink(plugin.name, builder.build(plugin), guard)
                 sinks.append(shipped)
                 watched.append((guard, _backlog_of(shipped)))

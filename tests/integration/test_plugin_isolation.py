@@ -176,8 +176,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def failures(port: int) -> dict[tuple[str, str, str], float]:
-    """vortos_plugin_failures_total by (port, plugin, reason), as served now."""
+def failures(port: int, *, zeros: bool = False) -> dict[tuple[str, str, str], float]:
+    """vortos_plugin_failures_total by (port, plugin, reason), as served now: the series that
+    counted something (with `zeros`, every series, each selected plug-in's starting at 0)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
             text = answer.read().decode()
@@ -186,7 +187,7 @@ def failures(port: int) -> dict[tuple[str, str, str], float]:
     found = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "vortos_plugin_failures_total":
+            if s.name == "vortos_plugin_failures_total" and (zeros or s.value):
                 found[(s.labels["port"], s.labels["plugin"], s.labels["reason"])] = s.value
     return found
 
@@ -398,6 +399,9 @@ def test_a_working_sink_gets_every_entry_in_order_and_doctor_passes(tmp_path: Pa
         wait_for(lambda: caught_up(copy, tips), 15, "the sink to catch up")
         findings = doctor(where)
         assert failures(port) == {}
+        assert ("audit_sinks", FILE_SINK, "error") in failures(port, zeros=True), (
+            "a selected plug-in's series start at zero"
+        )
     finally:
         assert daemon.terminate() == 0, daemon.log
 

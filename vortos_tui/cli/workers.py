@@ -31,6 +31,7 @@ from engine.observability import (
 from engine.ports.enqueuer import Enqueuer
 from engine.retention import PruneReport, attach_sweeper
 from engine.runtime.consumer import DEFAULT_CONCURRENCY, MIN_CLAIM_TTL_MS
+from engine.runtime.isolation import FAILURE_REASONS
 from vortos_tui.cli.context import CliState
 
 if TYPE_CHECKING:
@@ -170,6 +171,11 @@ def start_plugins(
         on_failure=counted.plugin_failed,
         ship_audit=ship_audit,
     )
+    if telemetry.metrics is not None:
+        # Every series from zero, so that an alert on increase() sees the first failure.
+        for guard in runtime.guards:
+            for reason in FAILURE_REASONS:
+                telemetry.metrics.plugin_failures.labels(guard.port, guard.plugin, reason)
     if runtime.metrics:
         telemetry.observer = Observers(counted, *runtime.observers())
     return runtime
