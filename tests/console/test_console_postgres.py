@@ -85,7 +85,9 @@ async def screen(
             if like is not None and lines == like:
                 break
             await app.settle()
-            await pilot.pause()
+            # A pause with nothing to do: the table measures its columns when idle, and a
+            # loop of back-to-back refreshes on a busy machine may never let it.
+            await pilot.pause(0.1)
             again = screen_lines(app)
             if like is None and again == lines:
                 break
