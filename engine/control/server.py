@@ -43,6 +43,10 @@ from engine.service import ScheduleService
 
 log = logging.getLogger("vortos.control")
 
+# After refusing a malformed request: how much more of it, and how long, to read before closing.
+DISCARD_MAX = 16 * 1024 * 1024
+DISCARD_TIMEOUT_S = 2.0
+
 SOCKET_MODE = 0o660
 IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
 MAX_CONNECTIONS = 32  # at once; more wait in the listen backlog
@@ -402,13 +406,25 @@ class _Connection(socketserver.StreamRequestHandler):
             try:
                 request = decode(line)
             except ProtocolError as exc:
-                self._send({"ok": False, "error": error_to_json(exc)})
+                if self._send({"ok": False, "error": error_to_json(exc)}):
+                    self._discard_rest()
                 return  # the stream may be out of step: close it
             op = request.get("op")
             if op != "hello":
                 log.info("control: %s (uid %d) asks %s", actor, uid, op)
             if not self._send(answer(context, request)):
                 return
+
+    def _discard_rest(self) -> None:
+        """Read what the client still sends, up to its end (or a bound), before closing:
+        closing a socket with unread input resets it, and the client would lose the error
+        just sent instead of reading it."""
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_WR)
+            self.request.settimeout(DISCARD_TIMEOUT_S)
+            left = DISCARD_MAX
+            while left > 0 and (chunk := self.rfile.read1(min(left, 65_536))):
+                left -= len(chunk)
 
     def _send(self, message: Mapping[str, Any]) -> bool:
         try:
