@@ -152,12 +152,16 @@ class FireQueueConsumer:
         self._stopping.set()
         self._wake.set()
 
-    def close(self) -> None:
-        """Stop the worker threads (after the current command, for the ones busy)."""
+    def close(self, join_s: float | None = None) -> None:
+        """Stop the worker threads (after the current command, for the ones busy). With
+        `join_s`, wait up to that long for each of them to end."""
         with self._lock:
-            for _ in self._workers:
+            workers, self._workers = self._workers, []
+            for _ in workers:
                 self._jobs.put(None)
-            self._workers = []
+        if join_s is not None:
+            for worker in workers:
+                worker.join(join_s)
 
     @property
     def busy(self) -> int:

@@ -319,13 +319,9 @@ class SchedulerHarness:
         return {f.run_id: f for f in found}
 
     def close(self) -> None:
-        """Stop the consumer's worker (and wait for it) and give up the lease."""
-        # The consumer has no public join: take its worker threads before `close` forgets
-        # them, so none outlives the test.
-        workers = list(self._consumer._workers)
-        self._consumer.close()
-        for worker in workers:
-            worker.join(RUN_TIMEOUT_S)
+        """Stop the consumer's worker (and wait for it: none outlives the test) and give up
+        the lease."""
+        self._consumer.close(join_s=RUN_TIMEOUT_S)
         self._daemon.release()
 
 
