@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from engine.domain.clock import Clock
-from engine.observability.observer import Observer, RunWatch
+from engine.observability.observer import Observer
 from engine.ports.plugin_state import PluginHealth
 
 log = logging.getLogger("vortos.plugins")
@@ -224,9 +224,6 @@ class IsolatedObserver(Observer):
 
     def claimed(self, claim: Any, unrun: Sequence[Any]) -> None:
         self._forward("claimed", claim, list(unrun))
-
-    def running(self, fire: Any) -> RunWatch:
-        return super().running(fire)
 
     def settled(self, fire: Any, settlement: Any, ran_s: float | None, *, acked: bool) -> None:
         self._forward("settled", fire, settlement, ran_s, acked=acked)

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from engine.extend import Clock, Lease, LeaseError, LeaseExpired, LeaseNotOwned, PluginContext
+from vortos_example_plugins._files import fsync_directory
 from vortos_example_plugins._options import path_option
 
 LOCK_FILE = ".lock"
@@ -90,7 +91,7 @@ class FileLockLease:
             if held.token == token:
                 # Expired or not: the file is this token's, and nobody else's to remove.
                 self._state_path(key).unlink()
-                _fsync_directory(self.directory)
+                fsync_directory(self.directory)
                 return
             if held.expires_at > self._clock.now_ms():
                 raise LeaseNotOwned(f"lease {key} is held by {held.holder}, not by this token")
@@ -164,12 +165,4 @@ class FileLockLease:
                 os.unlink(temporary)
             raise
         # The rename itself is durable only once the directory is.
-        _fsync_directory(self.directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_directory(self.directory)

@@ -23,6 +23,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from engine.extend import AuditEntry, PluginContext
+from vortos_example_plugins._files import fsync_directory
 from vortos_example_plugins._options import path_option
 
 
@@ -83,7 +84,7 @@ class JsonlAuditSink:
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             if created:
-                _fsync_directory(path.parent)
+                fsync_directory(path.parent)
             with self._exclusive():
                 self._catch_up()
         except BaseException:
@@ -168,11 +169,3 @@ class JsonlAuditSink:
         if self._known_size < size:
             os.ftruncate(fd, self._known_size)
             os.fsync(fd)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
