@@ -21,6 +21,7 @@ from engine.domain.audit import (
     ChainPoint,
     Checkpoint,
     KeyRing,
+    VerificationMark,
     canonical,
     checkpoint_message,
     seal,
@@ -189,13 +190,14 @@ class SqlAuditLog(Generic[P]):
         )
         return [Checkpoint(*r) for r in found]
 
-    def verified(self, chain: str) -> Checkpoint | None:
+    def verified(self, chain: str) -> VerificationMark | None:
         found = first(
             self._pool,
-            f"SELECT {CHECKPOINT_COLUMNS} FROM audit_verified WHERE chain = {self._mark}",
+            f"SELECT {CHECKPOINT_COLUMNS}, verified_at FROM audit_verified "
+            f"WHERE chain = {self._mark}",
             (chain,),
         )
-        return None if found is None else Checkpoint(*found)
+        return None if found is None else VerificationMark(*found)
 
     def mark_verified(self, chain: str, point: ChainPoint) -> None:
         key_id, signature = self.keys().sign(checkpoint_message(chain, point.seq, point.hash))

@@ -329,6 +329,23 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class VerificationMark:
+    """Where the last verification of a chain ended, signed like a checkpoint, and when: the
+    next incremental verification trusts the entries up to it."""
+
+    chain: str
+    seq: int
+    hash: str
+    key_id: str
+    signature: str
+    at: int  # ms since the epoch, UTC
+
+    @property
+    def point(self) -> ChainPoint:
+        return ChainPoint(self.seq, self.hash)
+
+
+@dataclass(frozen=True, slots=True)
 class ChainProblem:
     seq: int  # the first bad sequence number
     reason: str
@@ -381,8 +398,14 @@ class ChainWalk:
             checkpoint.key_id,
             checkpoint.signature,
         )
+        if valid is None:
+            return self._bad(
+                checkpoint.seq,
+                f"the checkpoint is signed with key {checkpoint.key_id}, which is not in the "
+                "key ring",
+            )
         if not valid:
-            return self._bad(checkpoint.seq, "the checkpoint's signature is not valid")
+            return self._bad(checkpoint.seq, "the checkpoint's signature is not valid (forged)")
         return True
 
     def _bad(self, seq: int, reason: str) -> bool:

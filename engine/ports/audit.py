@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from engine.domain.audit import AuditEntry, AuditEvent, ChainPoint, Checkpoint, KeyRing
+from engine.domain.audit import (
+    AuditEntry,
+    AuditEvent,
+    ChainPoint,
+    Checkpoint,
+    KeyRing,
+    VerificationMark,
+)
 
 
 class AuditLog(Protocol):
@@ -48,8 +55,9 @@ class AuditLog(Protocol):
 
     def checkpoints(self, chain: str, *, after_seq: int = 0) -> list[Checkpoint]: ...
 
-    def verified(self, chain: str) -> Checkpoint | None:
-        """Where the last verification of the chain ended (signed like a checkpoint)."""
+    def verified(self, chain: str) -> VerificationMark | None:
+        """Where the last verification of the chain ended (signed like a checkpoint), and
+        when."""
         ...
 
     def mark_verified(self, chain: str, point: ChainPoint) -> None: ...
