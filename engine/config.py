@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.commands.process_env import parse_cwd_allow, parse_env_allow
 from engine.domain.database import Database, parse_database
 from engine.domain.database import shown as shown_db
 from engine.domain.errors import InvalidInput
@@ -167,6 +168,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("breaker_failures", 5, _integer(1, 1_000), "dispatch failures that open the breaker"),
     Setting(
         "breaker_recovery", 30_000, _duration(1_000, 3_600_000), "the open breaker's wait", _ms
+    ),
+    # The process command's payloads (engine.commands.process_env): with a control socket, the
+    # server's values decide, never an operator's.
+    Setting(
+        "process_env_allow",
+        (),
+        parse_env_allow,
+        "environment variables a process payload may set (never LD_*, PYTHON*, PATH, ...)",
+        _listed,
+    ),
+    Setting(
+        "process_cwd_allow",
+        (),
+        parse_cwd_allow,
+        "directories a process payload's cwd may be inside (none: every process runs in /)",
+        _listed,
     ),
     # Plug-ins (engine.plugins): a built-in name, an entry point's name, or a dotted path.
     Setting("policy", "rbac", _plugin, "who may do what: rbac (roles per tenant) or a plug-in"),

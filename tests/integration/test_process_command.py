@@ -8,7 +8,9 @@ exit status or a child process, always as `sh -c SCRIPT` with the values as its 
 from __future__ import annotations
 
 import os
+import pwd
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +38,11 @@ PWD = "/bin/pwd"
 PRINTF = "/usr/bin/printf"
 PRINTENV = "/usr/bin/printenv"
 SEQ = "/usr/bin/seq"
-ALLOWED = (ECHO, SLEEP, SH, PWD, PRINTF, PRINTENV, SEQ)
+ENV = "/usr/bin/env"
+ALLOWED = (ECHO, SLEEP, SH, PWD, PRINTF, PRINTENV, SEQ, ENV)
+# What the tests' owner lets a payload set, and where it may run (tmp_path is under it).
+ENV_ALLOWED = ("BACKUP_TARGET", "BACKUP_LABEL")
+CWD_ALLOWED = (tempfile.gettempdir(),)
 WAIT_S = 10.0  # the most a test waits for a condition; reached only when it fails
 
 pytestmark = pytest.mark.skipif(
@@ -49,7 +55,7 @@ needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="ne
 
 @pytest.fixture
 def process_engine(db_path: Path, clock: ManualClock) -> Iterator[Engine]:
-    commands = builtin_commands(ProcessAllowlist.of(ALLOWED))
+    commands = builtin_commands(_allowlist())
     with open_engine(db_path, clock=clock, commands=commands) as opened:
         yield opened
 
@@ -73,8 +79,12 @@ def _context(run_id: int = 1) -> FireContext:
     )
 
 
+def _allowlist(allowed: tuple[str, ...] = ALLOWED) -> ProcessAllowlist:
+    return ProcessAllowlist.of(allowed, env=ENV_ALLOWED, cwd=CWD_ALLOWED)
+
+
 def _runner() -> ProcessRunner:
-    return ProcessRunner(ProcessAllowlist.of(ALLOWED))
+    return ProcessRunner(_allowlist())
 
 
 def _run(*argv: str, **options: Any) -> str:
@@ -117,7 +127,7 @@ def _execute(
         created_at=0,
         attempts=1,
     )
-    command = process_command(ProcessAllowlist.of(allowed))
+    command = process_command(_allowlist(allowed))
     return execute(command, fire, ctx or _context(), RetryPolicy, ManualClock(0))
 
 
@@ -319,20 +329,37 @@ def test_the_working_directory_is_honoured(tmp_path: Path) -> None:
     assert _run(PWD, cwd=str(tmp_path)) == _stdout(f"{tmp_path.resolve()}\n")
 
 
-def test_env_entries_are_added_to_the_inherited_environment(
+def test_without_a_cwd_the_program_runs_in_the_root_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the service's own directory (where its database may be)
+    assert _run(PWD) == _stdout("/\n")
+
+
+def test_allowed_env_entries_reach_the_program_as_written() -> None:
+    env = {"BACKUP_TARGET": "with spaces; and $(symbols)", "BACKUP_LABEL": ""}
+    output = _run(PRINTENV, "BACKUP_TARGET", "BACKUP_LABEL", env=env)
+    assert output == _stdout("with spaces; and $(symbols)\n\n")
+
+
+def test_the_child_inherits_nothing_of_the_service_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("VORTOS_TEST_INHERITED", "from-the-consumer")
-    env = {"VORTOS_TEST_GIVEN": "with spaces; and $(symbols)"}
-    output = _run(PRINTENV, "VORTOS_TEST_GIVEN", "VORTOS_TEST_INHERITED", env=env)
-    assert output == _stdout("with spaces; and $(symbols)\nfrom-the-consumer\n")
-
-
-def test_env_entries_override_inherited_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VORTOS_TEST_VALUE", "inherited")
-    assert _run(PRINTENV, "VORTOS_TEST_VALUE", env={"VORTOS_TEST_VALUE": "given"}) == _stdout(
-        "given\n"
-    )
+    monkeypatch.setenv("VORTOS_AUDIT_KEY", "k" * 64)
+    monkeypatch.setenv("VORTOS_DB", "postgresql://svc:secret@db/prod")
+    monkeypatch.setenv("BACKUP_TARGET", "the service's own value")
+    monkeypatch.setenv("PATH", "/root/.local/bin:.:/usr/bin")
+    monkeypatch.setenv("LANG", "de_DE.UTF-8")
+    monkeypatch.delenv("TZ", raising=False)
+    output = _run(ENV, env={"BACKUP_LABEL": "nightly"})
+    seen = dict(line.split("=", 1) for line in output.splitlines()[1:])
+    assert seen == {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "de_DE.UTF-8",
+        "HOME": pwd.getpwuid(os.geteuid()).pw_dir,
+        "BACKUP_LABEL": "nightly",
+    }
+    assert "secret" not in output
 
 
 # --- timeouts and cancellation ---------------------------------------------------------------

@@ -62,6 +62,7 @@ def consume(
     settings = consumer_settings(consumers, claim_ttl, grace)
     node = node_id or default_node_id()
     cli = state(ctx)
+    cli.serving = True  # it runs fires: its own allowlists, whatever socket the env names
     names = cli.commands().names()
     cli.plugins()  # a missing or broken plug-in stops us before anything is opened
     with contextlib.ExitStack() as serving:

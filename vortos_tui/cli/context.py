@@ -34,6 +34,9 @@ class CliState:
     # --control-socket / VORTOS_CONTROL_SOCKET: changes go through `vortos run`'s socket
     control_socket: Path | None = None
     settings: Settings = field(default_factory=load_settings)
+    # `vortos run` and `vortos consume`: this process runs fires, whatever control socket the
+    # environment names, so its process command uses this process's (the owner's) allowlists.
+    serving: bool = False
     _app: App | None = None
     _commands: CommandRegistry | None = None
     _plugins: Selection | None = None
@@ -56,11 +59,25 @@ class CliState:
         return self._plugins
 
     def commands(self) -> CommandRegistry:
-        """The built-in commands, with the process allowlist, and the app's."""
+        """The built-in commands, with the process allowlists, and the app's."""
         if self._commands is None:
-            registry = builtin_commands(ProcessAllowlist.from_env(self.allow_exec))
+            registry = builtin_commands(self.process_allowlist())
             self._commands = self.loaded_app().register_into(registry)
         return self._commands
+
+
+    def process_allowlist(self) -> ProcessAllowlist:
+        """What a process payload may name: the executables of VORTOS_PROCESS_ALLOW and
+        --allow-exec, and the settings process_env_allow and process_cwd_allow. A control
+        socket's client checks none of these lists: the server checks every payload against
+        its own, so an operator's environment can neither widen nor narrow them."""
+        if self.control_socket is not None and not self.serving:
+            return ProcessAllowlist.for_control_client()
+        return ProcessAllowlist.from_env(
+            self.allow_exec,
+            env=self.settings.process_env_allow,
+            cwd=self.settings.process_cwd_allow,
+        )
 
 
 class _Overlay:

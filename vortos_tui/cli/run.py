@@ -184,6 +184,7 @@ def run(
     check_node_id(node_id)
     node = node_id or default_node_id()
     cli = state(ctx)
+    cli.serving = True  # it runs fires: its own allowlists, whatever socket the env names
     cli.commands()  # import the app (and refuse a broken one) before opening the database
     # The same for every plug-in the settings name: a missing or broken one stops us here.
     cli.plugins(lease_driver=o.lease_driver, redis_url=o.redis_url)
