@@ -54,22 +54,35 @@ def schedulable(fn: F, /) -> F: ...
 
 @overload
 def schedulable(
-    fn: str | None = None, /, *, name: str | None = None, description: str = ""
+    fn: str | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str = "",
+    sensitive: bool = False,
 ) -> Callable[[F], F]: ...
 
 
 def schedulable(
-    fn: F | str | None = None, /, *, name: str | None = None, description: str = ""
+    fn: F | str | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str = "",
+    sensitive: bool = False,
 ) -> F | Callable[[F], F]:
     """Mark a callable as a command, named `name` (default: the function's name, with '_'
     as '-'). Its type-hinted parameters are the payload's fields; a parameter annotated
-    FireContext receives the fire's identity instead. Put it below any @scheduled."""
+    FireContext receives the fire's identity instead. Put it below any @scheduled.
+
+    `sensitive=True`: every schedule that runs it, whatever its own flag, needs a second
+    operator's approval to be created, edited, resumed, triggered, backfilled or deleted."""
 
     def mark(target: F, command_name: str | None) -> F:
         if command_name is not None and not command_name.strip():
             raise InvalidInput("@schedulable was given an empty name: give a name or none")
         chosen = command_name or target.__name__.strip("_").replace("_", "-").lower()
-        command = command_from(chosen, target, description)
+        command = command_from(chosen, target, description, sensitive=sensitive)
         earlier = command_of(target)
         setattr(target, COMMAND_ATTR, command)
         if earlier is not None and earlier.name != command.name:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,8 @@ class Command:
     schema: PayloadSchema
     check: PayloadCheck | None = None
     source: str = ""  # where it is defined, for operators
+    # Every schedule running it needs four-eyes approval (@schedulable(sensitive=True)).
+    sensitive: bool = False
 
     @property
     def is_async(self) -> bool:
@@ -43,13 +45,18 @@ class Command:
 
 
 def command_from(
-    name: str, run: Callable[..., Any], description: str = "", check: PayloadCheck | None = None
+    name: str,
+    run: Callable[..., Any],
+    description: str = "",
+    check: PayloadCheck | None = None,
+    *,
+    sensitive: bool = False,
 ) -> Command:
     validate_name(name, what="command name")
     module = getattr(run, "__module__", None) or type(run).__module__
     qualname = getattr(run, "__qualname__", None) or type(run).__qualname__
     doc = description or (inspect.getdoc(run) or "").split("\n", 1)[0]
-    return Command(name, run, doc, schema_of(run), check, f"{module}.{qualname}")
+    return Command(name, run, doc, schema_of(run), check, f"{module}.{qualname}", sensitive)
 
 
 class CommandRegistry:
@@ -57,6 +64,22 @@ class CommandRegistry:
 
     def __init__(self) -> None:
         self._commands: dict[str, Command] = {}
+        # Names the service's owner declared sensitive (setting sensitive_commands): they hold
+        # whether or not this process registered the command (a CLI run without --app).
+        self._protected: frozenset[str] = frozenset()
+
+    def protect(self, names: Iterable[str]) -> None:
+        """Declare these commands sensitive, as the owner's settings do."""
+        self._protected = self._protected | frozenset(names)
+
+    def sensitivity(self, name: str) -> str | None:
+        """Why every schedule running `name` needs a second operator, or None if it does not."""
+        if name in self._protected:
+            return "by the sensitive_commands setting"
+        command = self._commands.get(name)
+        if command is not None and command.sensitive:
+            return f"in code ({command.source})"
+        return None
 
     def register(
         self,

@@ -42,13 +42,15 @@ class ApprovalState(StrEnum):
 
 
 class GatedOperation(StrEnum):
-    """The changes of a sensitive schedule that need a second operator."""
+    """The changes of a sensitive schedule that need a second operator. Pausing is not one:
+    stopping a schedule is what an operator does in an incident, alone, at once."""
 
     CREATE = "create"
     UPDATE = "update"
     RESUME = "resume"  # activating it
     TRIGGER = "trigger"
     BACKFILL = "backfill"
+    DELETE = "delete"  # else delete-and-recreate without the flag would step around the gate
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +78,20 @@ class Approval:
         return self.stored_state
 
 
-def change_digest(operation: GatedOperation, tenant: str, change: Mapping[str, Any]) -> str:
-    body = canonical({"operation": operation.value, "tenant": tenant, "change": dict(change)})
+def change_digest(
+    operation: GatedOperation, tenant: str, change: Mapping[str, Any], requested_by: str
+) -> str:
+    """What an approval is bound to: the change as its requester wrote it, and the requester.
+    Only the operator who asked may apply the approved change (another operator asking for
+    the same change makes a request of their own)."""
+    body = canonical(
+        {
+            "operation": operation.value,
+            "tenant": tenant,
+            "change": dict(change),
+            "requested_by": requested_by,
+        }
+    )
     return hashlib.sha256(body.encode()).hexdigest()
 
 

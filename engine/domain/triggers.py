@@ -154,6 +154,10 @@ class IntervalTrigger:
     every_ms: int
     anchor_ms: int
     kind: str = field(default="interval", init=False)
+    # False: the operator gave no start, and `anchor_ms` is "one period from now" as computed
+    # when asked. A four-eyes request binds to the change as written, so it leaves the anchor
+    # out and fixes it in the request (else each retry would be a new change). Not stored.
+    anchored: bool = field(default=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.every_ms < SECOND_MS:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
 from engine.domain.access import EVERY_TENANT, Operation, TenantScope
-from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, GatedOperation
+from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, Approval, GatedOperation
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
@@ -38,7 +38,7 @@ from engine.domain.schedule import (
     validate_payload,
 )
 from engine.domain.timeutil import iso_utc, zone
-from engine.domain.triggers import CronTrigger, OneShotTrigger, Trigger
+from engine.domain.triggers import CronTrigger, IntervalTrigger, OneShotTrigger, Trigger
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
@@ -135,33 +135,38 @@ class ServiceCore:
         """Validate and store a new schedule, active, its cursor at the first slot from now."""
         self._authorize(actor, Operation.CREATE, spec.tenant)
         now = self._clock.now_ms()
+        spec = self._sensitive_by_command(spec)
         first = validate_spec(spec, self.commands, now)
         schedule = new_schedule(spec, first, now, ScheduleOrigin.DYNAMIC)
-        approval = (
-            self.four_eyes.check(
+        why = self.protection(spec.sensitive, spec.command)
+        approval = None
+        if why is not None:
+            # A name that is taken is refused as such, not turned into a request.
+            if self._storage.schedules.find_by_name(spec.tenant, spec.name) is not None:
+                raise self._name_taken(spec)
+            approval = self.four_eyes.check(
                 actor,
                 GatedOperation.CREATE,
                 spec.tenant,
                 spec.name,
                 {"definition": definition(schedule)},
+                written={"definition": as_written(schedule)},
+                why=why,
             )
-            if spec.sensitive and self.access is not None
-            else None
-        )
+            # Approved: the schedule is the one the approver saw (an open anchor as fixed
+            # when it was asked for), whatever "now" is at this retry.
+            spec = replace(spec, trigger=requested_trigger(spec.trigger, approval))
+            schedule = new_schedule(
+                spec, _first_slot(spec.trigger, spec.timezone, now), now, ScheduleOrigin.DYNAMIC
+            )
         try:
             with self._changing(actor, Operation.CREATE, spec.tenant):
                 if approval is not None:
                     self.four_eyes.consume(actor, approval)
                 self._storage.schedules.insert(schedule)
                 self._record("schedule.created", actor, schedule, definition=definition(schedule))
-        except DuplicateName:
-            existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
-            if existing is not None and existing.origin is ScheduleOrigin.STATIC:
-                raise DuplicateName(
-                    f"{spec.name!r} is the name of a static schedule declared in code "
-                    f"({existing.metadata.get(SOURCE_KEY, 'in the app')}): choose another name"
-                ) from None
-            raise
+        except DuplicateName as exc:
+            raise self._name_taken(spec, exc) from None
         log.info(
             "schedule %s/%s created by %s (%s, %s)",
             spec.tenant,
@@ -189,26 +194,32 @@ class ServiceCore:
         now = self._clock.now_ms()
         first = validate_spec(spec, self.commands, now)
         schedule = self._current(spec.name, spec.tenant, expected_version)
+        spec = self._sensitive_by_command(spec, schedule)
         _refuse_static(schedule, "edited")
         changed = _redefine(schedule, spec, first, now)
         if definition(changed) == definition(schedule):
             return schedule
-        approval = (
-            self.four_eyes.check(
+        why = self.protection(schedule.sensitive or spec.sensitive, schedule.command, spec.command)
+        approval = None
+        if why is not None:
+            known = {"schedule_id": schedule.id, "version": schedule.version}
+            approval = self.four_eyes.check(
                 actor,
                 GatedOperation.UPDATE,
                 spec.tenant,
                 spec.name,
-                {
-                    "schedule_id": schedule.id,
-                    "version": schedule.version,
+                {**known, "before": definition(schedule), "definition": definition(changed)},
+                written={
+                    **known,
                     "before": definition(schedule),
-                    "definition": definition(changed),
+                    "definition": as_written(changed),
                 },
+                why=why,
             )
-            if (schedule.sensitive or spec.sensitive) and self.access is not None
-            else None
-        )
+            trigger = requested_trigger(spec.trigger, approval)
+            if trigger != spec.trigger:
+                spec = replace(spec, trigger=trigger)
+                changed = _redefine(schedule, spec, _first_slot(trigger, spec.timezone, now), now)
         with self._changing(actor, Operation.UPDATE, spec.tenant):
             if approval is not None:
                 self.four_eyes.consume(actor, approval)
@@ -318,8 +329,9 @@ class ServiceCore:
                 tenant,
                 name,
                 {"schedule_id": schedule.id, "version": schedule.version, "catch_up": catch_up},
+                why=why,
             )
-            if schedule.sensitive and self.access is not None
+            if (why := self.protection(schedule.sensitive, schedule.command)) is not None
             else None
         )
         with self._changing(actor, Operation.RESUME, tenant):
@@ -358,13 +370,70 @@ class ServiceCore:
         self._authorize(actor, Operation.DELETE, tenant)
         schedule = self._current(name, tenant, expected_version)
         _refuse_static(schedule, "deleted")
+        why = self.protection(schedule.sensitive, schedule.command)
+        approval = (
+            self.four_eyes.check(
+                actor,
+                GatedOperation.DELETE,
+                tenant,
+                name,
+                {"schedule_id": schedule.id, "version": schedule.version},
+                why=why,
+            )
+            if why is not None
+            else None
+        )
         with self._changing(actor, Operation.DELETE, tenant):
+            if approval is not None:
+                self.four_eyes.consume(actor, approval)
             self._storage.schedules.delete(schedule.id, tenant, schedule.version)
             self._record("schedule.deleted", actor, schedule)
         log.info("schedule %s/%s deleted by %s", tenant, name, actor)
         return schedule
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _name_taken(self, spec: ScheduleSpec, found: DuplicateName | None = None) -> DuplicateName:
+        existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
+        if existing is not None and existing.origin is ScheduleOrigin.STATIC:
+            return DuplicateName(
+                f"{spec.name!r} is the name of a static schedule declared in code "
+                f"({existing.metadata.get(SOURCE_KEY, 'in the app')}): choose another name"
+            )
+        return found or DuplicateName(
+            f"a schedule named {spec.name!r} already exists in tenant {spec.tenant!r}: "
+            "choose another name, or change the existing one"
+        )
+
+    def protection(self, flagged: bool, *commands: str) -> str | None:
+        """Why a change needs a second operator's approval ('' for the schedule's own flag),
+        or None when it does not. Four-eyes follows what is protected: the schedule's flag,
+        or a command declared sensitive in code or by the owner's settings, whatever the
+        schedule's flag says. Trusted code (no access control) is not gated."""
+        if self.access is None:
+            return None
+        for command in commands:
+            why = self.commands.sensitivity(command)
+            if why is not None:
+                return f" (its command {command!r} is declared sensitive {why})"
+        return "" if flagged else None
+
+    def _sensitive_by_command(
+        self, spec: ScheduleSpec, current: Schedule | None = None
+    ) -> ScheduleSpec:
+        """A schedule running a sensitive command is stored sensitive: every process then
+        sees it, even one that does not load the app declaring the command. Clearing the
+        flag of such a schedule is refused."""
+        why = self.commands.sensitivity(spec.command)
+        if why is None or spec.sensitive:
+            return spec
+        if current is not None and current.sensitive:
+            raise InvalidInput(
+                f"schedule {spec.name!r} runs {spec.command!r}, which is declared sensitive "
+                f"{why}: it cannot be made not sensitive (every change of it needs a second "
+                "operator's approval)"
+            )
+        return replace(spec, sensitive=True)
 
     def _authorize(self, actor: str, operation: Operation, tenant: str | None) -> None:
         if self.access is not None:
@@ -523,6 +592,27 @@ def _refuse_static(schedule: Schedule, verb: str) -> None:
             f"({schedule.metadata.get(SOURCE_KEY, 'in the app')}) and cannot be {verb} at "
             "runtime; change it there (pause and resume work)"
         )
+
+
+def as_written(schedule: Schedule) -> dict[str, Any]:
+    """The definition as its operator wrote it: an interval given no start leaves its anchor
+    open (it is "one period from whenever this is asked")."""
+    written = definition(schedule)
+    trigger = schedule.trigger
+    if isinstance(trigger, IntervalTrigger) and not trigger.anchored:
+        written["trigger"] = {**written["trigger"], "anchor_ms": None}
+    return written
+
+
+def requested_trigger(trigger: Trigger, approval: Approval) -> Trigger:
+    """`trigger` with an open anchor fixed as in the approved request."""
+    if not isinstance(trigger, IntervalTrigger) or trigger.anchored:
+        return trigger
+    asked = approval.change.get("definition", {}).get("trigger", {})
+    anchor = asked.get("anchor_ms")
+    if not isinstance(anchor, int) or asked.get("every_ms") != trigger.every_ms:
+        return trigger
+    return IntervalTrigger(trigger.every_ms, anchor)
 
 
 def definition(schedule: Schedule) -> dict[str, Any]:

@@ -45,11 +45,20 @@ class FourEyesGate:
         tenant: str,
         schedule: str,
         change: Mapping[str, Any],
+        *,
+        written: Mapping[str, Any] | None = None,
+        why: str = "",
     ) -> Approval:
-        """The approved request to consume; raises ApprovalRequired (after storing the
-        request in its own transaction, so it outlives the refusal) when there is none."""
+        """The approved request of `actor`'s to consume; raises ApprovalRequired (after
+        storing the request in its own transaction, so it outlives the refusal) when there is
+        none. The request binds to `written`, the change as the operator wrote it (default:
+        `change`); `change` is what it stores and shows, with anything left open in `written`
+        (an interval's anchor) fixed, and what the caller applies from the approved request.
+        `why` says what makes the schedule sensitive, for the message."""
         described = {"schedule": schedule, **change}
-        digest = change_digest(operation, tenant, described)
+        digest = change_digest(
+            operation, tenant, {"schedule": schedule, **(written or change)}, actor
+        )
         now = self._clock.now_ms()
         approvals = self._storage.approvals
         approved = approvals.find(
@@ -93,10 +102,11 @@ class FourEyesGate:
                 )
                 log.info("%s asked for approval %s: %s %s", actor, pending.id, operation, schedule)
         raise ApprovalRequired(
-            f"{operation.value} of sensitive schedule {tenant}/{schedule} needs a second "
+            f"{operation.value} of sensitive schedule {tenant}/{schedule}{why} needs a second "
             f"operator's approval: request {pending.id} is pending until "
             f"{iso_utc(pending.expires_at)}. An approver other than {pending.requested_by} runs "
-            f"`vortos approvals approve {pending.id}`; then run this again",
+            f"`vortos approvals approve {pending.id}`; then {actor} runs this again (an "
+            "approval is its requester's to use, for exactly this change)",
             pending,
         )
 

@@ -59,8 +59,9 @@ class ManualFires(ServiceCore):
                 tenant,
                 name,
                 {"schedule_id": schedule.id, "version": schedule.version},
+                why=why,
             )
-            if schedule.sensitive and self.access is not None
+            if (why := self.protection(schedule.sensitive, schedule.command)) is not None
             else None
         )
         now = self._clock.now_ms()
@@ -140,8 +141,9 @@ class ManualFires(ServiceCore):
                     "from": start_ms,
                     "to": end_ms,
                 },
+                why=why,
             )
-            if schedule.sensitive and self.access is not None
+            if (why := self.protection(schedule.sensitive, schedule.command)) is not None
             else None
         )
         dispatched = already = 0

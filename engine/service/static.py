@@ -152,8 +152,10 @@ class StaticSync(ServiceCore):
                 tenant,
                 name,
                 {"schedule_id": schedule.id, "version": schedule.version, "clear_override": True},
+                why=why,
             )
-            if activating and schedule.sensitive and self.access is not None
+            if activating
+            and (why := self.protection(schedule.sensitive, schedule.command)) is not None
             else None
         )
         now = self._clock.now_ms()

@@ -109,7 +109,7 @@ def approve(ctx: typer.Context, approval_id: ApprovalId, tenant: Tenant = None) 
         done = engine.service.approve(approval_id, actor=operator(), tenant=tenant)
     say(
         f"approved {done.id}: {done.operation.value} of {done.tenant}/{done.schedule} may now "
-        f"run once, until {iso_utc(done.expires_at)}"
+        f"run once, when {done.requested_by} runs it again, until {iso_utc(done.expires_at)}"
     )
 
 

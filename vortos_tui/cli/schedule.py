@@ -78,8 +78,9 @@ def build_trigger(
         if period <= 0:
             raise InvalidInput(f"interval {every!r} is zero: give at least 1s")
         # Without --start the first slot is one period from now, on a whole second.
-        anchor = parse_instant(start, tz) if start else (now_ms // 1000) * 1000 + period
-        return IntervalTrigger(period, anchor)
+        if start:
+            return IntervalTrigger(period, parse_instant(start, tz))
+        return IntervalTrigger(period, (now_ms // 1000) * 1000 + period, anchored=False)
     assert at is not None
     return OneShotTrigger(parse_instant(at, tz))
 

@@ -1,0 +1,166 @@
+"""Four-eyes follows what is protected: a command declared sensitive in code
+(`@schedulable(sensitive=True)`) or by the owner's settings (`sensitive_commands`) gates every
+schedule that runs it, whatever the schedule's own flag; and an approval binds to the change as
+its requester wrote it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from engine import (
+    CommandRegistry,
+    Engine,
+    IntervalTrigger,
+    ManualClock,
+    ScheduleSpec,
+    builtin_commands,
+    open_engine,
+    schedulable,
+)
+from engine.commands.decorators import command_of
+from engine.domain.access import Role
+from engine.domain.approvals import ApprovalRequired, ApprovalState
+from engine.domain.errors import InvalidInput
+from engine.domain.timeutil import HOUR_MS
+from tests.conftest import T0, run_cli
+
+
+@schedulable("pay-salaries", sensitive=True)
+def pay_salaries(month: str = "") -> None:
+    """Pays everyone."""
+
+
+def registry() -> CommandRegistry:
+    commands = builtin_commands()
+    found = command_of(pay_salaries)
+    assert found is not None
+    commands.add(found)
+    return commands
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(T0)
+
+
+@pytest.fixture
+def governed(tmp_path: Path, clock: ManualClock) -> Iterator[Engine]:
+    with open_engine(
+        tmp_path / "vortos.db", clock=clock, enforce=True, commands=registry()
+    ) as engine:
+        engine.service.grant_role("olga", Role.OPERATOR, actor="admin", tenant="acme")
+        engine.service.grant_role("otto", Role.OPERATOR, actor="admin", tenant="acme")
+        engine.service.grant_role("bea", Role.APPROVER, actor="admin", tenant="acme")
+        yield engine
+
+
+def spec(name: str, command: str = "pay-salaries", **extra: object) -> ScheduleSpec:
+    return ScheduleSpec(
+        name,
+        IntervalTrigger(HOUR_MS, T0 + HOUR_MS),
+        command,
+        tenant="acme",
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def waits(call: object) -> str:
+    with pytest.raises(ApprovalRequired) as waiting:
+        call()  # type: ignore[operator]
+    return waiting.value.approval.id
+
+
+def test_schedulable_declares_a_command_sensitive() -> None:
+    found = command_of(pay_salaries)
+    assert found is not None
+    assert found.sensitive
+    assert registry().sensitivity("pay-salaries") == (
+        f"in code ({pay_salaries.__module__}.pay_salaries)"
+    )
+    assert registry().sensitivity("noop") is None
+
+
+def test_creating_a_schedule_of_a_sensitive_command_waits_whatever_its_flag(
+    governed: Engine,
+) -> None:
+    asked = waits(lambda: governed.service.create(spec("pay"), actor="olga"))
+    with pytest.raises(ApprovalRequired) as again:
+        governed.service.create(spec("pay"), actor="olga")
+    assert again.value.approval.id == asked
+    assert "its command 'pay-salaries' is declared sensitive in code" in str(again.value)
+    assert governed.service.schedules(tenant="acme", actor="olga") == []
+    governed.service.approve(asked, actor="bea")
+    made = governed.service.create(spec("pay"), actor="olga")
+    assert made.sensitive  # stored so: a process without the app sees it too
+
+
+def test_the_owners_setting_protects_a_command_the_code_does_not(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    commands = registry()
+    commands.protect(["echo"])
+    with open_engine(tmp_path / "v.db", clock=clock, enforce=True, commands=commands) as engine:
+        engine.service.grant_role("olga", Role.OPERATOR, actor="admin", tenant="acme")
+        waits(lambda: engine.service.create(spec("shout", "echo"), actor="olga"))
+        engine.service.create(spec("quiet", "noop"), actor="olga")  # not protected
+
+
+def test_an_approval_cannot_be_used_by_another_operator(governed: Engine) -> None:
+    asked = waits(lambda: governed.service.create(spec("pay"), actor="olga"))
+    governed.service.approve(asked, actor="bea")
+    other = waits(lambda: governed.service.create(spec("pay"), actor="otto"))
+    assert other != asked
+    assert governed.service.approval(asked, actor="bea").state_at(T0) is ApprovalState.APPROVED
+    governed.service.create(spec("pay"), actor="olga")
+    assert governed.service.approval(asked, actor="bea").state_at(T0) is (ApprovalState.CONSUMED)
+
+
+def test_an_open_interval_anchor_is_fixed_in_the_request(
+    governed: Engine, clock: ManualClock
+) -> None:
+    """An --every without --start: each retry computes a new "one period from now"; the
+    request binds to the change as written and the change made is the one approved."""
+
+    def unanchored() -> ScheduleSpec:
+        now = clock.now_ms()
+        return ScheduleSpec(
+            "pay",
+            IntervalTrigger(HOUR_MS, now + HOUR_MS, anchored=False),
+            "pay-salaries",
+            tenant="acme",
+        )
+
+    asked = waits(lambda: governed.service.create(unanchored(), actor="olga"))
+    clock.advance(7 * 60)
+    assert waits(lambda: governed.service.create(unanchored(), actor="olga")) == asked
+    governed.service.approve(asked, actor="bea")
+    clock.advance(5 * 60)
+    made = governed.service.create(unanchored(), actor="olga")
+    assert isinstance(made.trigger, IntervalTrigger)
+    assert made.trigger.anchor_ms == T0 + HOUR_MS  # as asked, not as retried
+    assert made.next_slot_at == T0 + HOUR_MS
+
+
+def test_a_schedule_of_a_sensitive_command_refuses_to_lose_its_flag(governed: Engine) -> None:
+    asked = waits(lambda: governed.service.create(spec("pay"), actor="olga"))
+    governed.service.approve(asked, actor="bea")
+    governed.service.create(spec("pay"), actor="olga")
+    with pytest.raises(InvalidInput, match="cannot be made not sensitive"):
+        governed.service.update(spec("pay", sensitive=False), actor="olga")
+
+
+def test_a_trigger_from_a_process_without_the_app_still_waits(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The CLI run without --app does not know the command; the flag stored with the
+    schedule (set because its command is sensitive) does."""
+    db = tmp_path / "vortos.db"
+    with open_engine(db, clock=clock, commands=registry()) as trusted:
+        made = trusted.service.create(spec("pay"), actor="setup")  # trusted: not gated
+    assert made.sensitive
+    result = run_cli("schedule", "trigger", "pay", "--tenant", "acme", db=db)
+    assert result.code == 6, result.stderr
+    assert "needs a second operator's approval" in result.stderr
