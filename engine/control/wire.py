@@ -20,7 +20,7 @@ from engine.domain.schedule import (
     OverlapPolicy,
     ScheduleSpec,
 )
-from engine.domain.triggers import trigger_from_spec
+from engine.domain.triggers import IntervalTrigger, trigger_from_spec
 
 VERSION = 1
 MAX_LINE = 1 << 20  # bytes in one request or answer; a schedule's payload is far smaller
@@ -55,6 +55,8 @@ def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:
     return {
         "name": spec.name,
         "trigger": {"kind": spec.trigger.kind, **spec.trigger.to_spec()},
+        # An interval given no start: its anchor is left open in a four-eyes request.
+        "anchored": not isinstance(spec.trigger, IntervalTrigger) or spec.trigger.anchored,
         "command": spec.command,
         "payload": dict(spec.payload),
         "timezone": spec.timezone,
@@ -79,9 +81,12 @@ def spec_from_json(value: Any) -> ScheduleSpec:
         trigger = dict(value["trigger"])
         kind = trigger.pop("kind")
         misfire = value["misfire"]
+        built = trigger_from_spec(str(kind), trigger)
+        if isinstance(built, IntervalTrigger) and value.get("anchored", True) is False:
+            built = IntervalTrigger(built.every_ms, built.anchor_ms, anchored=False)
         return ScheduleSpec(
             name=str(value["name"]),
-            trigger=trigger_from_spec(str(kind), trigger),
+            trigger=built,
             command=str(value["command"]),
             payload=dict(value["payload"]),
             timezone=str(value["timezone"]),
