@@ -20,6 +20,8 @@ from engine.commands.process_env import parse_cwd_allow, parse_env_allow
 from engine.domain.database import Database, parse_database
 from engine.domain.database import shown as shown_db
 from engine.domain.errors import InvalidInput
+from engine.domain.redact import redact_url, remember
+from engine.domain.schedule import validate_name
 from engine.domain.timeutil import format_duration, parse_duration
 
 CONFIG_ENV = "VORTOS_CONFIG"
@@ -110,6 +112,20 @@ def _plugins(value: Any) -> tuple[str, ...]:
     return names
 
 
+def _command_names(value: Any) -> tuple[str, ...]:
+    # A TOML array, or (from the environment) names separated by commas.
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise TypeError("a list of command names")
+    names = tuple(item.strip() for item in items if item.strip())
+    for name in names:
+        try:
+            validate_name(name, what="command name")
+        except InvalidInput as exc:
+            raise ValueError(f"a list of command names ({exc})") from None
+    return names
+
+
 def _listed(value: Any) -> str:
     return ", ".join(value) if value else "-"
 
@@ -131,6 +147,9 @@ class Setting:
     parse: Parser
     help: str
     shown: Callable[[Any], str] = str
+    # May carry a password (a URL): its value is shown through `shown` everywhere, JSON and
+    # refusals too, never as it is.
+    secret: bool = False
 
     @property
     def env(self) -> str:
@@ -142,7 +161,14 @@ def _ms(value: Any) -> str:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("db", Path("vortos.db"), _database, "a SQLite file, or a postgresql:// URL", shown_db),
+    Setting(
+        "db",
+        Path("vortos.db"),
+        _database,
+        "a SQLite file, or a postgresql:// URL",
+        shown_db,
+        secret=True,
+    ),
     Setting("app", None, _text, "modules with @schedulable commands and @scheduled schedules"),
     Setting(
         "lease_driver",
@@ -150,7 +176,14 @@ SETTINGS: tuple[Setting, ...] = (
         _plugin,
         "how the leader lease is held: row, advisory (PostgreSQL), redis, or a plug-in",
     ),
-    Setting("redis_url", None, _redis_url, "the Redis server of lease_driver = redis", shown_db),
+    Setting(
+        "redis_url",
+        None,
+        _redis_url,
+        "the Redis server of lease_driver = redis",
+        redact_url,
+        secret=True,
+    ),
     Setting("shards", 1, _integer(1, 64), "lease shards: leaders dispatching disjoint sets"),
     Setting("lease_ttl", 15_000, _duration(1_000, 600_000), "leader lease time to live", _ms),
     Setting("lookahead", 0, _duration(0, 10_000), "dispatch slots this long before due", _ms),
@@ -161,7 +194,21 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("approval_ttl", 86_400_000, _duration(1_000, 30 * 86_400_000), "four-eyes TTL", _ms),
     Setting("control_socket", None, _path, "serve (run) or use (CLI) this control socket"),
     Setting("control_group", None, _text, "the group that may use the control socket"),
+    Setting(
+        "operator_file_access",
+        "read",
+        _choice("read", "none"),
+        "read: the control group may read the database files (0640); none: only the service "
+        "account (0600), operators read through the control socket",
+    ),
     Setting("audit_key_file", None, _path, "the audit key file"),
+    Setting(
+        "sensitive_commands",
+        (),
+        _command_names,
+        "commands whose every schedule needs four-eyes approval",
+        _listed,
+    ),
     Setting("log_level", "info", _choice("debug", "info", "warning", "error"), "log level"),
     Setting("metrics_port", None, _integer(1, 65_535), "serve Prometheus metrics on this port"),
     Setting("metrics_host", "127.0.0.1", _text, "the address the metrics port listens on"),
@@ -246,12 +293,16 @@ class Settings:
 
     def to_json(self) -> dict[str, dict[str, Any]]:
         return {
-            name: {"value": None if v.value is None else _jsonable(v.value), "source": v.source}
+            name: {"value": _jsonable(BY_NAME.get(name), v.value), "source": v.source}
             for name, v in self._values.items()
         }
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(setting: Setting | None, value: Any) -> Any:
+    if value is None:
+        return None
+    if setting is not None and setting.secret:
+        return setting.shown(value)  # the table's form: a URL without its password
     return str(value) if isinstance(value, Path) else value
 
 
@@ -295,6 +346,9 @@ def load_settings(
             _take(setting, raw, setting.env, values, problems)
     for name, value in (flags or {}).items():
         values[name] = Value(value, "--" + name.replace("_", "-"))
+    for setting in SETTINGS:
+        if setting.secret and isinstance(values[setting.name].value, str):
+            remember(values[setting.name].value)  # scrubbed from any message, whatever prints it
     if problems:
         raise InvalidInput("; ".join(problems))
     return Settings(values, plugin_options)
@@ -317,7 +371,8 @@ def _take(
     try:
         values[setting.name] = Value(setting.parse(raw), source)
     except (ValueError, TypeError) as exc:
-        problems.append(f"{source}={raw!r} is refused: {setting.name} must be {exc}")
+        given = redact_url(raw) if setting.secret and isinstance(raw, str) else raw
+        problems.append(f"{source}={given!r} is refused: {setting.name} must be {exc}")
 
 
 def _read_file(path: Path, required: bool) -> dict[str, Any]:

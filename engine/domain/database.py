@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+
+from engine.domain.redact import redact_url
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -23,13 +26,23 @@ def parse_database(text: str | Path) -> Database:
     value = text.strip()
     if not value:
         raise ValueError("an empty database: give a file path or a postgresql:// URL")
+    if _KEYWORD_STRING.match(value):
+        # Taken as a file name, it would put the password into every message naming the file.
+        raise ValueError(
+            f"a postgresql:// URL, not a libpq keyword string ({redact_url(value)}): write it "
+            "as postgresql://user:password@host:port/database (for a file of that name, "
+            "start it with ./)"
+        )
     return value if is_postgres_url(value) else Path(value)
 
 
-def shown(db: Database) -> str:
-    """The database for messages: a URL without its password."""
-    if isinstance(db, Path):
-        return str(db)
-    import re  # noqa: PLC0415 - only URLs need it
+# A libpq keyword string (`host=db dbname=vortos password=...`): not a database Vortos takes.
+_KEYWORD_STRING = re.compile(
+    r"(host|hostaddr|port|dbname|user|password|passfile|sslmode|service)\s*=", re.IGNORECASE
+)
 
-    return re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", db)
+
+def shown(db: Database) -> str:
+    """The database for messages, tables, JSON and logs: a URL without its secrets
+    (engine.domain.redact); a file's path as it is."""
+    return str(db) if isinstance(db, Path) else redact_url(db)

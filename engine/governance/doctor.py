@@ -20,6 +20,7 @@ from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock
 from engine.domain.database import Database
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
+from engine.domain.redact import scrub
 from engine.governance.audit import ChainReport, verify
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, key_source, load_keyring
 from engine.plugins import Selection
@@ -108,7 +109,7 @@ def run_checks(ctx: DoctorContext, checks: Sequence[Check]) -> Report:
     report = Report()
     for check in checks:
         try:
-            report.findings.append(check.run(ctx))
+            report.findings.append(_scrubbed(check.run(ctx)))
         except Exception as exc:  # one broken check must not hide the others' findings
             log.exception("doctor check %s crashed", check.check_id)
             report.findings.append(
@@ -121,6 +122,17 @@ def run_checks(ctx: DoctorContext, checks: Sequence[Check]) -> Report:
                 )
             )
     return report
+
+
+def _scrubbed(finding: Finding) -> Finding:
+    """A finding without any URL's password: a check (or a plug-in's) may quote a URL."""
+    return Finding(
+        finding.check_id,
+        finding.status,
+        scrub(finding.summary),
+        scrub(finding.detail),
+        scrub(finding.remediation),
+    )
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -268,6 +280,7 @@ def default_checks() -> list[Check]:
         c.StorageSchema(),
         c.StorageDurability(),
         c.StorageDisk(),
+        c.FileModes(),
         c.ClockSkew(),
         c.TimeZones(),
         c.ScheduleTriggers(),

@@ -63,6 +63,8 @@ class CliState:
         if self._commands is None:
             registry = builtin_commands(self.process_allowlist())
             self._commands = self.loaded_app().register_into(registry)
+            # The owner's list of sensitive commands joins those declared so in code.
+            self._commands.protect(self.settings.sensitive_commands)
         return self._commands
 
 
@@ -112,7 +114,9 @@ def configured(ctx: typer.Context, param: str, setting: str | None = None) -> An
     name = setting or param
     value = getattr(state(ctx).settings, name)
     chosen = BY_NAME[name]
-    return chosen.shown(value) if chosen.shown is not str and value is not None else value
+    if chosen.secret or chosen.shown is str or value is None:
+        return value  # a URL as given: its shown form hides the password it connects with
+    return chosen.shown(value)
 
 
 def state(ctx: typer.Context) -> CliState:
@@ -132,7 +136,7 @@ def open_for_write(ctx: typer.Context) -> Engine:
 
 def open_existing(ctx: typer.Context) -> Engine:
     """For changes to what is stored: a missing database is an error, not created. With a
-    control socket, the database is read-only here and changes go through the socket."""
+    control socket, this process opens no database: reads and changes go through the socket."""
     cli = state(ctx)
     return _open(cli, create=False, control_socket=cli.control_socket)
 
@@ -172,8 +176,12 @@ def _open(
 
 
 def open_for_read(ctx: typer.Context) -> Engine:
-    """Reads see only the tenants the operator may view (by the selected policy)."""
+    """Reads see only the tenants the operator may view (by the selected policy). With a
+    control socket, the database is not opened at all: the socket's server reads, as this
+    account, narrowed to what it may view."""
     cli = state(ctx)
+    if cli.control_socket is not None:
+        return open_existing(ctx)
     plugins = cli.plugins()
     return open_engine(
         cli.db, create=False, readonly=True, enforce=True, plugins=plugins, settings=cli.settings

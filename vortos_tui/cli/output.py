@@ -15,6 +15,7 @@ from rich.console import Console
 from typer._click.exceptions import ClickException
 
 from engine.domain.errors import VortosError
+from engine.domain.redact import scrub
 
 EXIT_CODES = """\
 Exit codes: 0 ok · 1 error (storage, unexpected) · 2 usage or invalid input ·
@@ -42,7 +43,8 @@ def say(message: str) -> None:
 
 
 def fail(message: str, code: int) -> typer.Exit:
-    stderr.print(f"error: {message}", style="bold red", markup=False)
+    # Scrubbed: a driver's or a plug-in's text may quote a URL (or a piece of its password).
+    stderr.print(f"error: {scrub(message)}", style="bold red", markup=False)
     return typer.Exit(code)
 
 

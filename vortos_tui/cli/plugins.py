@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from engine.domain.redact import scrub
 from engine.plugins import PORTS, PluginError, available, find, installed
 from vortos_tui.cli.context import state
 from vortos_tui.cli.output import emit_json, handles_errors, stdout
@@ -36,7 +37,7 @@ def plugins(
             try:
                 shown.append(find(port, str(name)).describe())
             except PluginError as exc:
-                problem = str(exc)
+                problem = scrub(str(exc))  # a plug-in's message may quote a URL
                 problems.append(problem)
         names = available(port)
         dists = {

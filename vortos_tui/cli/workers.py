@@ -15,6 +15,7 @@ import typer
 from engine import Engine, FireQueueConsumer, open_read_model
 from engine.domain.database import Database, parse_database
 from engine.domain.errors import InvalidInput
+from engine.domain.redact import ScrubbingFormatter
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.extensions import Builder, Runtime, build_runtime
 from engine.governance.deadman import DeadmanWatch, Judgement
@@ -118,11 +119,9 @@ class ConsumerSettings:
 def configure_logging(level: str) -> None:
     if level.lower() not in LOG_LEVELS:
         raise InvalidInput(f"log level {level!r} is unknown: use one of {', '.join(LOG_LEVELS)}")
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
-        force=True,
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(ScrubbingFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 def check_node_id(node_id: str | None) -> None:

@@ -15,6 +15,9 @@ from pathlib import Path
 from textual.app import App
 from textual.notifications import SeverityLevel
 
+from engine.domain.redact import ScrubbingFormatter, scrub
+from engine.file_modes import open_private_append
+
 
 class NoticeHandler(logging.Handler):
     """Warnings and errors as console notices, from whichever thread logged them."""
@@ -28,7 +31,7 @@ class NoticeHandler(logging.Handler):
         if not self.app.is_running:
             return
         severity: SeverityLevel = "error" if record.levelno >= logging.ERROR else "warning"
-        message = record.getMessage()
+        message = scrub(record.getMessage())
         try:
             if threading.get_ident() == self._app_thread:
                 self.app.notify(message, title=record.name, severity=severity)
@@ -47,10 +50,13 @@ def route_logs(app: App[None], log_file: Path | None) -> Iterator[None]:
     for handler in saved[1]:
         root.removeHandler(handler)
     handlers: list[logging.Handler] = [NoticeHandler(app)]
+    stream = None
     if log_file is not None:
-        file_handler = logging.FileHandler(log_file, encoding="utf-8")
+        # 0600 whatever the umask, never through a symlink: log lines name schedules, errors.
+        stream = open_private_append(log_file)
+        file_handler = logging.StreamHandler(stream)
         file_handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+            ScrubbingFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
         )
         handlers.append(file_handler)
     root.setLevel(logging.INFO if log_file is not None else logging.WARNING)
@@ -62,6 +68,8 @@ def route_logs(app: App[None], log_file: Path | None) -> Iterator[None]:
         for handler in handlers:
             root.removeHandler(handler)
             handler.close()
+        if stream is not None:
+            stream.close()
         root.setLevel(saved[0])
         for handler in saved[1]:
             root.addHandler(handler)

@@ -7,12 +7,13 @@ browser session runs its own attached console; the engine, unless --attach, runs
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from pathlib import Path
 
 from engine import InvalidInput, open_engine
-from engine.domain.database import Database
+from engine.domain.database import Database, is_postgres_url, shown
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.output import say
@@ -25,8 +26,12 @@ WEB_HOST = "127.0.0.1"
 def session_command(
     cli: CliState, *, allow_actions: bool, zone_name: str, refresh: str
 ) -> list[str]:
-    """The console each browser session runs: attached to the same database."""
-    argv = [sys.executable, "-m", "vortos_tui.console", "--db", _absolute(cli.db), "--attach"]
+    """The console each browser session runs: attached to the same database. A database URL
+    goes to the sessions as VORTOS_DB (see `serve`), never in their argv, which every local
+    account can read in the process list."""
+    argv = [sys.executable, "-m", "vortos_tui.console", "--attach"]
+    if not is_postgres_url(cli.db):
+        argv[3:3] = ["--db", _absolute(cli.db)]
     argv += ["--zone", zone_name, "--refresh", refresh, "--operator-label", f"{operator()} (web)"]
     if cli.app is not None:
         argv += ["--app", cli.app]
@@ -91,12 +96,14 @@ def serve(
             plugins=start_plugins(engine, cli, node, Telemetry(), ship_audit=True),
         )
         host.start()
+    if is_postgres_url(cli.db):
+        os.environ["VORTOS_DB"] = str(cli.db)  # the sessions' (textual-serve passes it on)
     command = shlex.join(
         session_command(cli, allow_actions=allow_actions, zone_name=zone_name, refresh=refresh)
     )
     mode = "actions ALLOWED" if allow_actions else "read-only (--web-allow-actions to allow verbs)"
     say(
-        f"vortos console on http://{WEB_HOST}:{port} for {cli.db}: {mode}; "
+        f"vortos console on http://{WEB_HOST}:{port} for {shown(cli.db)}: {mode}; "
         f"loopback only (no authentication: reach it through an SSH tunnel); Ctrl-C stops"
     )
     try:

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from engine.backends.sql import Args, Dialect
 from engine.domain.errors import StorageError, VortosError
+from engine.domain.redact import redact_url as redact
+from engine.domain.redact import remember, scrub, scrub_echoes
 
 try:  # the `postgres` extra
     import psycopg
@@ -51,19 +52,6 @@ def application_name() -> str:
     return f"vortos {socket.gethostname()}:{os.getpid()}"[:63]
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises on a malformed port
-    except ValueError:
-        return re.sub(r"://([^:/@]*):[^@/]*@", r"://\1:***@", url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    return urlunsplit(parts._replace(netloc=f"{netloc[0].split(':')[0]}:***@{netloc[1]}"))
-
-
 def require_driver() -> None:
     if psycopg is None:
         raise StorageError(
@@ -76,9 +64,11 @@ def schema_sql() -> str:
     return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
 
 
-def translate(exc: Exception, where: str) -> StorageError:
-    """Turn psycopg's complaint into an operator's message."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+def translate(exc: Exception, where: str, url: str | None = None) -> StorageError:
+    """Turn psycopg's complaint into an operator's message. libpq may quote pieces of the URL
+    it connected with: given `url`, any piece of its password is scrubbed out."""
+    said = scrub(str(exc)) if url is None else scrub_echoes(str(exc), url)
+    text = said.strip().splitlines()[0] if said.strip() else type(exc).__name__
     if isinstance(exc, PoolTimeout):
         return StorageError(
             f"database {where}: no connection could be made within {POOL_TIMEOUT_S:.0f}s; "
@@ -102,7 +92,7 @@ def translate(exc: Exception, where: str) -> StorageError:
             f"database {where} is read-only here ({text}); point --db at the primary"
         )
     if isinstance(exc, psycopg.OperationalError):
-        return _connect_error(str(exc), where)
+        return _connect_error(said, where)
     return StorageError(f"database {where}: {text}")
 
 
@@ -146,12 +136,14 @@ def storage_errors(where: str) -> Iterator[None]:
 
 def validate_url(url: str) -> None:
     """Refuse a URL libpq would misread, before any connection is tried."""
+    remember(url)  # whatever later quotes a piece of it, the password is scrubbed
     try:
         urlsplit(url).port  # noqa: B018 - a port that is not a number raises here
         psycopg.conninfo.conninfo_to_dict(url)
     except (psycopg.ProgrammingError, ValueError) as exc:
         raise StorageError(
-            f"invalid PostgreSQL URL {redact(url)}: {exc}; the form is "
+            f"invalid PostgreSQL URL {redact(url)}: {scrub_echoes(str(exc).strip(), url)}; "
+            "the form is "
             "postgresql://user[:password]@host[:port]/database[?options]"
         ) from None
     if not urlsplit(url).path.strip("/"):
@@ -227,7 +219,7 @@ class PgPool:
         try:
             psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S).close()
         except psycopg.Error as exc:
-            raise translate(exc, self.where) from None
+            raise translate(exc, self.where, self.url) from None
 
     def get(self) -> psycopg.Connection[Row]:
         """This thread's connection (a new one if it had none or its one broke)."""

@@ -15,10 +15,11 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit, urlunsplit
 
 from engine.domain.clock import Clock
 from engine.domain.errors import LeaseExpired, LeaseNotOwned, StorageError
+from engine.domain.redact import redact_url as redact
+from engine.domain.redact import remember, scrub_echoes
 from engine.ports.lease import Lease
 
 if TYPE_CHECKING:
@@ -74,19 +75,6 @@ return 'other'
 """
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparsable redis_url>"
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
-
-
 def _redis_module() -> Any:
     try:
         import redis  # noqa: PLC0415 - the optional `redis` extra
@@ -103,6 +91,8 @@ class RedisLease:
 
     def __init__(self, url: str, clock: Clock, prefix: str = "vortos:") -> None:
         module = _redis_module()
+        remember(url)
+        self._url = url  # for scrubbing the driver's messages, never shown
         self.where = redact(url)
         self._errors: type[Exception] = module.RedisError
         self._unreachable: tuple[type[Exception], ...] = (
@@ -121,7 +111,7 @@ class RedisLease:
                 )
             except ValueError as exc:
                 raise StorageError(
-                    f"invalid redis_url {self.where}: {exc}; the form is "
+                    f"invalid redis_url {self.where}: {scrub_echoes(str(exc), url)}; the form is "
                     "redis://[[user]:password@]host[:port][/db]"
                 ) from None
             try:
@@ -192,10 +182,15 @@ class RedisLease:
             yield
         except self._unreachable as exc:
             raise StorageError(
-                f"Redis at {self.where} is not reachable ({exc}); start Redis or fix redis_url"
+                f"Redis at {self.where} is not reachable ({self._said(exc)}); start Redis or "
+                "fix redis_url"
             ) from None
         except self._errors as exc:
-            raise StorageError(f"Redis at {self.where}: {exc}") from None
+            raise StorageError(f"Redis at {self.where}: {self._said(exc)}") from None
+
+    def _said(self, exc: Exception) -> str:
+        """The driver's complaint, without any piece of the URL's password it may quote."""
+        return scrub_echoes(str(exc), self._url)
 
 
 def _encode(lease: Lease) -> str:
