@@ -7,6 +7,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import cast
 
 from engine.backends.lease_drivers import DEFAULT_LEASE_DRIVER, lease_driver
 from engine.backends.sqlite import SqliteBackend
@@ -15,10 +16,12 @@ from engine.backends.sqlite.read_model import SqliteReadModel
 from engine.commands import CommandRegistry, builtin_commands
 from engine.config import Settings
 from engine.control import ControlClient, ControlServer, RemoteService
+from engine.control.client import NoDatabase
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
 from engine.domain.database import is_postgres_url, parse_database
 from engine.extensions import Builder, access_for, leases_for
+from engine.governance.doctor import Report
 from engine.governance.keys import load_keyring, load_postgres_keyring
 from engine.governance.policy import AccessControl, RoleBasedPolicy
 from engine.observability.observer import Observer
@@ -57,6 +60,10 @@ def default_node_id() -> str:
 class Engine:
     """A storage backend, a clock, the command allowlist and the service over them."""
 
+    storage: Storage
+    leases: LeasePort
+    service: ScheduleService
+
     def __init__(
         self,
         storage: Storage,
@@ -73,11 +80,33 @@ class Engine:
         self.commands = commands
         self.service = ScheduleService(storage, clock, commands, access)
 
-    def serve_control(self, path: Path, *, group: str | None = None) -> ControlServer:
+    def serve_control(
+        self,
+        path: Path,
+        *,
+        group: str | None = None,
+        database: str | Path | None = None,
+        doctor: Callable[[], Report] | None = None,
+    ) -> ControlServer:
         """A control socket at `path` for operators' tools (see engine.control); the engine
-        must check access (`open_engine(..., enforce=True)`). Call `.start()` on it."""
+        must check access (`open_engine(..., enforce=True)`). Call `.start()` on it. With
+        `database` (this engine's), it serves the console's reads too, each narrowed to the
+        operator asking by this engine's policy; `doctor` runs the service's health checks."""
+        access = self.service.access
+
+        def read_model(operator: str) -> ReadModel:
+            assert database is not None
+            assert access is not None
+            return open_read_model(database, operator=operator, policy=access.policy)
+
         return ControlServer(
-            self.service, path, group=group, audit=self.storage.audit, keys=self.storage.audit.keys
+            self.service,
+            path,
+            group=group,
+            audit=self.storage.audit,
+            keys=self.storage.audit.keys,
+            read_model=None if database is None else read_model,
+            doctor=doctor,
         )
 
     def daemon(
@@ -164,6 +193,24 @@ class Engine:
         self.close()
 
 
+class SocketEngine(Engine):
+    """An engine on a control socket: no storage (this process opens no database), its
+    service a RemoteService whose every read and change the socket's server makes. It runs no
+    daemon or consumer (those belong to the server)."""
+
+    def __init__(
+        self, client: ControlClient, clock: Clock, commands: CommandRegistry | None = None
+    ) -> None:
+        self.commands = commands or builtin_commands()
+        self.clock = clock
+        self.service = RemoteService(client, clock, self.commands)
+        self.storage = cast("Storage", NoDatabase(client.path))
+        self.leases = cast("LeasePort", self.storage)
+
+    def close(self) -> None:
+        """Nothing is open: each call is a connection of its own."""
+
+
 def open_engine(
     db: str | Path = DEFAULT_DB,
     *,
@@ -190,9 +237,10 @@ def open_engine(
     With `enforce` (or a `policy`), every service change is authorised for its actor by the
     operators' roles (the CLI and the console always enforce); without, the caller is trusted.
 
-    With `control_socket`, the database is opened read-only and every service change is sent
-    to the `vortos run --control-socket` serving that path, which makes it as this process's
-    account (reads stay local, narrowed to what that account may view).
+    With `control_socket`, the database is not opened at all: every service read and change
+    is sent to the `vortos run --control-socket` serving that path, which makes it as this
+    process's account and narrows every read to what that account may view (`db` and the
+    other options but `clock` and `commands` are the server's business then).
 
     `lease_driver` is how daemons hold the leader lease: "row" (the store's row), "advisory"
     (a PostgreSQL advisory lock) or "redis" (a key on `redis_url`); see
@@ -205,6 +253,8 @@ def open_engine(
     `policy`: the lease driver, the policy and the identity provider they select are built,
     each given the settings and its `[plugin.<name>]` options (engine.extensions).
     """
+    if control_socket is not None:
+        return SocketEngine(ControlClient(control_socket), clock or SystemClock(), commands)
     if plugins is not None:
         return _with_plugins(
             db,
@@ -217,18 +267,13 @@ def open_engine(
             busy_timeout_ms,
             audit_key_file,
             enforce,
-            control_socket,
             node_id or default_node_id(),
         )
     if is_postgres_url(db):
-        engine = _open_postgres(
-            str(db), clock, commands, readonly, audit_key_file, enforce, policy, control_socket
-        )
+        engine = _open_postgres(str(db), clock, commands, readonly, audit_key_file, enforce, policy)
         return engine if readonly else _leading_with(engine, lease_driver, redis_url)
     clock = clock or SystemClock()
     path = Path(db)
-    if control_socket is not None:
-        return _open_remote(path, clock, commands, busy_timeout_ms, policy, control_socket)
     storage: SqliteBackend | None = None
 
     def audit_keys() -> KeyRing:
@@ -263,7 +308,6 @@ def _with_plugins(
     busy_timeout_ms: int,
     audit_key_file: Path | None,
     enforce: bool,
-    control_socket: Path | None,
     node_id: str,
 ) -> Engine:
     """open_engine with the plug-ins `plugins` selects (see engine.extensions)."""
@@ -279,14 +323,13 @@ def _with_plugins(
         busy_timeout_ms=busy_timeout_ms,
         audit_key_file=audit_key_file,
         enforce=enforce,
-        control_socket=control_socket,
     )
     try:
         builder = Builder(engine.storage, engine.clock, parse_database(str(db)), node_id, settings)
         if enforce or custom_access:
             access = access_for(plugins, builder)
             engine.service.access = access
-        if not readonly and control_socket is None:
+        if not readonly:
             engine.leases = leases_for(plugins, builder)
     except BaseException:
         engine.close()
@@ -314,7 +357,6 @@ def _open_postgres(
     audit_key_file: Path | None,
     enforce: bool,
     policy: Policy | None,
-    control_socket: Path | None,
 ) -> Engine:
     from engine.backends.postgres import PostgresBackend  # noqa: PLC0415 - the postgres extra
 
@@ -322,42 +364,16 @@ def _open_postgres(
         # Never created here: every node of a deployment must hold the same key.
         return load_postgres_keyring(audit_key_file)
 
-    remote = control_socket is not None
     storage = PostgresBackend(
         url,
         clock,  # None: the database server's clock
-        readonly=readonly or remote,
-        audit_keys=None if readonly or remote else audit_keys,
+        readonly=readonly,
+        audit_keys=None if readonly else audit_keys,
     )
     registry = commands or builtin_commands()
-    if control_socket is not None:
-        checked = AccessControl(storage, storage.clock, policy)
-        engine = Engine(storage, storage.clock, registry, checked)
-        engine.service = RemoteService(
-            storage, storage.clock, registry, checked, ControlClient(control_socket)
-        )
-        return engine
     enforced = enforce or policy is not None
     access = AccessControl(storage, storage.clock, policy) if enforced else None
     return Engine(storage, storage.clock, registry, access)
-
-
-def _open_remote(
-    path: Path,
-    clock: Clock,
-    commands: CommandRegistry | None,
-    busy_timeout_ms: int,
-    policy: Policy | None,
-    control_socket: Path,
-) -> Engine:
-    storage = SqliteBackend(
-        path, clock, create=False, readonly=True, busy_timeout_ms=busy_timeout_ms
-    )
-    access = AccessControl(storage, clock, policy)
-    registry = commands or builtin_commands()
-    engine = Engine(storage, clock, registry, access)
-    engine.service = RemoteService(storage, clock, registry, access, ControlClient(control_socket))
-    return engine
 
 
 def open_read_model(

@@ -1,9 +1,10 @@
-"""The control socket's client, and a ScheduleService whose changes go through it.
+"""The control socket's client, and a ScheduleService whose reads and changes all go through it.
 
-With a control socket configured, operators' tools open the database read-only and send every
-change to the server, which makes it as the account the kernel reports for this process. Reads
-stay local (narrowed to what the operator may view); a change's result is read back from the
-database once the server has committed it.
+With a control socket configured, operators' tools never open the database: every read and
+every change is sent to the server, which makes it as the account the kernel reports for this
+process and narrows every read to the tenants that account may view (see reads.py). So the
+database's files can be private to the service account, and the narrowing is the server's,
+not a courtesy of the client.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import errno
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, TypeVar, cast
 
 from engine.commands import CommandRegistry
+from engine.control.codec import from_wire
 from engine.control.wire import (
     MAX_LINE,
     VERSION,
@@ -24,21 +26,30 @@ from engine.control.wire import (
     error_from_json,
     spec_to_json,
 )
-from engine.domain.access import Role
-from engine.domain.approvals import Approval, ApprovalRequired
-from engine.domain.audit import ChainPoint
+from engine.domain.access import Grant, Role
+from engine.domain.approvals import Approval, ApprovalRequired, ApprovalState
+from engine.domain.audit import AuditEntry, ChainPoint
 from engine.domain.clock import Clock
-from engine.domain.errors import InvalidInput, NotFound, VortosError
+from engine.domain.errors import InvalidInput, StorageError, VortosError
+from engine.domain.preview import PreviewSlot
 from engine.domain.run import Run
-from engine.domain.schedule import DEFAULT_TENANT, Schedule, ScheduleSpec
-from engine.governance.policy import AccessControl
+from engine.domain.schedule import DEFAULT_TENANT, Schedule, ScheduleSpec, ScheduleStatus
+from engine.governance.audit import ChainReport, Verification, export
+from engine.governance.doctor import Finding, Report
+from engine.ports.audit import AuditLog
+from engine.ports.fire_queue import Fire
 from engine.ports.retention import RetentionOverride
+from engine.ports.runs import RunQuery
 from engine.ports.storage import Storage
 from engine.retention import PruneReport, RetentionSettings
 from engine.retention.sweeper import Wait
-from engine.service import BackfillReport, ScheduleService
+from engine.service import BackfillReport, RetentionView, ScheduleService
+from engine.service.audit_trail import AUDIT_PAGE_MAX
+
+T = TypeVar("T")
 
 CALL_TIMEOUT_S = 120.0  # a backfill of many slots takes a while; nothing legitimate takes this
+VERIFY_TIMEOUT_S = 3600.0  # a full audit verification of millions of entries
 
 
 class ControlUnavailable(VortosError):
@@ -70,7 +81,7 @@ class ControlClient:
         if not isinstance(error, dict):
             raise ProtocolError("the server's answer has neither a result nor an error")
         if error.get("type") == "ApprovalRequired":
-            raise _Waiting(str(error.get("message")), str(error.get("approval_id")))
+            raise _Waiting(str(error.get("message")), error.get("approval"))
         raise error_from_json(error)
 
     def _exchange(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -101,20 +112,21 @@ class ControlClient:
 
 
 class _Waiting(VortosError):
-    """ApprovalRequired as it comes over the wire (the request is read back locally)."""
+    """ApprovalRequired as it comes over the wire, with the request as the server sent it."""
 
     exit_code = ApprovalRequired.exit_code
 
-    def __init__(self, message: str, approval_id: str) -> None:
+    def __init__(self, message: str, approval: Any) -> None:
         super().__init__(message)
-        self.approval_id = approval_id
+        self.approval = approval
 
 
 def _why_not(path: Path, exc: OSError) -> str:
     if exc.errno in (errno.ENOENT, errno.ECONNREFUSED):
         return (
-            f"nothing serves the control socket {path}: is `vortos run --control-socket {path}` "
-            "running? (or unset VORTOS_CONTROL_SOCKET to work on the database directly)"
+            f"the scheduler service is not running: nothing serves the control socket {path}; "
+            "reads and changes go through it (ask whoever runs `vortos run --control-socket`), "
+            "or unset VORTOS_CONTROL_SOCKET to read a database file you may read"
         )
     if exc.errno in (errno.EACCES, errno.EPERM):
         return (
@@ -124,25 +136,159 @@ def _why_not(path: Path, exc: OSError) -> str:
     return f"cannot reach the control socket {path}: {exc}"
 
 
-class RemoteService(ScheduleService):
-    """ScheduleService whose changes are made by the control socket's server, as this
-    process's account; its reads are local (read-only, narrowed by access control). `actor`
-    arguments are ignored for changes: the server knows who is asking."""
+class NoDatabase:
+    """Where a socket engine's storage would be: this process opens no database, so anything
+    that would read one directly says so instead (a read that bypassed the server would be
+    a bug: the server is what narrows reads)."""
 
-    def __init__(
-        self,
-        storage: Storage,
-        clock: Clock,
-        commands: CommandRegistry,
-        access: AccessControl,
-        client: ControlClient,
-    ) -> None:
-        super().__init__(storage, clock, commands, access)
+    readonly = True
+
+    def __init__(self, socket_path: Path) -> None:
+        self._socket_path = socket_path
+
+    def close(self) -> None:
+        """Nothing is open."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise StorageError(
+            f"with the control socket {self._socket_path}, this process opens no database: "
+            f"{name!r} is read through the socket's server (this is a bug of vortos: report it)"
+        )
+
+
+class RemoteService(ScheduleService):
+    """ScheduleService whose reads and changes are made by the control socket's server, as this
+    process's account: it holds no storage. `actor` arguments are ignored: the server knows who
+    is asking, and narrows every read to what that account may view."""
+
+    def __init__(self, client: ControlClient, clock: Clock, commands: CommandRegistry) -> None:
+        super().__init__(cast("Storage", NoDatabase(client.path)), clock, commands, None)
         self.client = client
 
     def whoami(self) -> str:
         """The operator the server sees on this end."""
         return str(self.client.call("hello")["operator"])
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def get(self, name: str, *, tenant: str = DEFAULT_TENANT, actor: str | None = None) -> Schedule:
+        return from_wire(Schedule, self._call("schedule", name=name, tenant=tenant)["schedule"])
+
+    def schedules(
+        self,
+        *,
+        tenant: str | None = None,
+        status: ScheduleStatus | None = None,
+        limit: int = 1000,
+        offset: int = 0,
+        actor: str | None = None,
+    ) -> list[Schedule]:
+        found = self._paged(
+            "schedules",
+            Schedule,
+            tenant=tenant,
+            status=None if status is None else status.value,
+            limit=offset + limit,
+        )
+        return found[offset:]
+
+    def runs(self, query: RunQuery, *, actor: str | None = None) -> list[Run]:
+        return self._paged(
+            "runs",
+            Run,
+            tenant=query.tenant,
+            schedule_id=query.schedule_id,
+            state=None if query.state is None else query.state.value,
+            since_ms=query.since_ms,
+            until_ms=query.until_ms,
+            limit=query.limit,
+        )
+
+    def run(self, run_id: int, *, actor: str | None = None) -> Run:
+        return from_wire(Run, self._call("run", run_id=run_id)["run"])
+
+    def preview(
+        self,
+        name: str,
+        *,
+        tenant: str = DEFAULT_TENANT,
+        count: int = 10,
+        after_ms: int | None = None,
+        actor: str | None = None,
+    ) -> list[PreviewSlot]:
+        done = self._call("preview", name=name, tenant=tenant, count=count, after_ms=after_ms)
+        return from_wire(list[PreviewSlot], done["slots"])
+
+    def dead_letters(
+        self, *, tenant: str | None = None, limit: int = 100, actor: str | None = None
+    ) -> list[Fire]:
+        return self._paged("dead_letters", Fire, tenant=tenant, limit=limit)
+
+    def approvals(
+        self,
+        *,
+        actor: str,
+        tenant: str | None = None,
+        state: ApprovalState | None = None,
+        limit: int = 100,
+    ) -> list[Approval]:
+        chosen = None if state is None else state.value
+        return self._paged("approvals", Approval, tenant=tenant, state=chosen, limit=limit)
+
+    def approval(self, approval_id: str, *, actor: str, tenant: str | None = None) -> Approval:
+        done = self._call("approval", approval_id=approval_id, tenant=tenant)
+        return from_wire(Approval, done["approval"])
+
+    def operators(self, *, actor: str) -> list[Grant]:
+        return from_wire(list[Grant], self._call("operators")["grants"])
+
+    def retention(self, *, actor: str | None = None) -> RetentionView:
+        done = self._call("retention")
+        overrides = from_wire(list[RetentionOverride], done["overrides"])
+        return RetentionView(self._settings(done), str(done["source"]), overrides)
+
+    def retention_settings(self) -> tuple[RetentionSettings, str]:
+        done = self._call("retention")
+        return self._settings(done), str(done["source"])
+
+    def audit_chains(
+        self, *, actor: str | None = None, wanted: Sequence[str] | None = None
+    ) -> list[str]:
+        done = self._call("audit_chains", wanted=None if wanted is None else list(wanted))
+        return from_wire(list[str], done["chains"])
+
+    def audit_latest(
+        self, *, actor: str | None = None, chain: str | None = None, limit: int = 20
+    ) -> list[AuditEntry]:
+        return self._paged("audit_tail", AuditEntry, chain=chain, limit=limit)
+
+    def audit_entries(
+        self, chain: str, *, actor: str | None = None, after_seq: int = 0, limit: int = 1000
+    ) -> list[AuditEntry]:
+        done = self._call("audit_entries", chain=chain, after_seq=after_seq, limit=limit)
+        return from_wire(list[AuditEntry], done["entries"])
+
+    def audit_export(
+        self, out: TextIO, *, actor: str | None = None, chains: Sequence[str] | None = None
+    ) -> int:
+        """The export, read from the server a page at a time, each chain after the last entry
+        it sent (never one answer of every entry)."""
+        return export(
+            # export reads nothing but entries() of the chains it is given.
+            cast("AuditLog", _ServedEntries(self)),
+            out,
+            chains=self.audit_chains(wanted=chains),
+        )
+
+    def database_info(self, *, actor: str | None = None) -> dict[str, Any]:
+        return from_wire(dict[str, Any], self._call("db_info")["facts"])
+
+    def doctor(self) -> Report:
+        """Every health check, run by the server on its own view of the database."""
+        done = self._call("doctor")["report"]
+        if not isinstance(done, dict):
+            raise ProtocolError("the server's doctor report is not an object")
+        return Report(from_wire(list[Finding], done.get("findings")))
 
     # -- changes ----------------------------------------------------------------------------
 
@@ -212,12 +358,9 @@ class RemoteService(ScheduleService):
         tenant: str = DEFAULT_TENANT,
         expected_version: int | None = None,
     ) -> Schedule:
-        # What was deleted, as this side last saw it (the server does not send it back).
-        seen = self._storage.schedules.find_by_name(tenant, name)
-        self._call("delete", name=name, tenant=tenant, expected_version=expected_version)
-        if seen is None:
-            raise NotFound(f"schedule {name!r} was deleted, but could not be read beforehand")
-        return seen
+        return self._schedule(
+            self._call("delete", name=name, tenant=tenant, expected_version=expected_version)
+        )
 
     def trigger(
         self,
@@ -228,10 +371,7 @@ class RemoteService(ScheduleService):
         expected_version: int | None = None,
     ) -> Run:
         done = self._call("trigger", name=name, tenant=tenant, expected_version=expected_version)
-        run = self._storage.runs.get(int(done["run_id"]))
-        if run is None:
-            raise NotFound(f"run {done['run_id']} was made but cannot be read back")
-        return run
+        return from_wire(Run, done.get("run"))
 
     def backfill(
         self,
@@ -264,14 +404,14 @@ class RemoteService(ScheduleService):
         return int(self._call("purge", run_ids=ids, tenant=tenant)["count"])
 
     def approve(self, approval_id: str, *, actor: str, tenant: str | None = None) -> Approval:
-        return self._approval(self._call("approve", approval_id=approval_id, tenant=tenant))
+        done = self._call("approve", approval_id=approval_id, tenant=tenant)
+        return from_wire(Approval, done.get("approval"))
 
     def reject(
         self, approval_id: str, *, actor: str, reason: str, tenant: str | None = None
     ) -> Approval:
-        return self._approval(
-            self._call("reject", approval_id=approval_id, reason=reason, tenant=tenant)
-        )
+        done = self._call("reject", approval_id=approval_id, reason=reason, tenant=tenant)
+        return from_wire(Approval, done.get("approval"))
 
     def grant_role(self, operator: str, role: Role, *, actor: str, tenant: str = "*") -> bool:
         done = self._call("grant_role", operator=operator, role=role.value, tenant=tenant)
@@ -283,21 +423,11 @@ class RemoteService(ScheduleService):
     def set_retention(
         self, tenant: str, days: int, *, actor: str, reason: str | None = None
     ) -> RetentionOverride:
-        self._call("set_retention", tenant=tenant, days=days, reason=reason)
-        found = self._storage.retention.override(tenant)
-        if found is None:
-            raise NotFound(f"the retention of tenant {tenant!r} was set but cannot be read back")
-        return found
+        done = self._call("set_retention", tenant=tenant, days=days, reason=reason)
+        return from_wire(RetentionOverride, done.get("override"))
 
     def remove_retention(self, tenant: str, *, actor: str) -> RetentionOverride:
-        before = self._call("remove_retention", tenant=tenant)
-        return RetentionOverride(
-            tenant=str(before["tenant"]),
-            days=int(before["days"]),
-            reason=before.get("reason"),
-            set_by=str(before["set_by"]),
-            set_at=int(before["set_at"]),
-        )
+        return from_wire(RetentionOverride, self._call("remove_retention", tenant=tenant))
 
     def prune(
         self,
@@ -328,17 +458,45 @@ class RemoteService(ScheduleService):
     ) -> list[dict[str, Any]]:
         """Verification by the server, which holds the key (the reports as JSON); with
         `record`, the server remembers how far each chain verified."""
-        done = self._call(
-            "audit_verify",
-            chains=None if chains is None else list(chains),
-            full=full,
-            expect={k: v.spelled() for k, v in (expect or {}).items()},
-            record=record,
-        )
+        return [
+            report.to_json()
+            for report in self.audit_verification(
+                chains=chains, full=full, expect=expect, record=record
+            ).chains
+        ]
+
+    def audit_verification(
+        self,
+        *,
+        chains: Sequence[str] | None = None,
+        full: bool = False,
+        expect: Mapping[str, ChainPoint] | None = None,
+        record: bool = True,
+    ) -> Verification:
+        """`audit_verify`, with what each chain trusted and how many chains the server did
+        not check (this operator may not read them)."""
+        try:
+            done = self.client.call(
+                "audit_verify",
+                {
+                    "chains": None if chains is None else list(chains),
+                    "full": full,
+                    "expect": {k: v.spelled() for k, v in (expect or {}).items()},
+                    "record": record,
+                },
+                # A full verification walks every entry: it may take far longer than a change.
+                timeout_s=VERIFY_TIMEOUT_S if full else None,
+            )
+        except _Waiting as waiting:  # a verification asks no approval; keep the types honest
+            raise InvalidInput(str(waiting)) from None
         reports = done.get("chains")
-        if not isinstance(reports, list):
+        unreadable = done.get("unreadable", 0)
+        if not isinstance(reports, list) or not isinstance(unreadable, int):
             raise ProtocolError("the server's verification has no chains")
-        return reports
+        try:
+            return Verification([ChainReport.from_json(r) for r in reports], unreadable)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"the server's verification is malformed: {exc}") from None
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -346,21 +504,44 @@ class RemoteService(ScheduleService):
         try:
             return self.client.call(op, args)
         except _Waiting as waiting:
-            request = self._storage.approvals.get(waiting.approval_id)
-            if request is None:
-                raise NotFound(
-                    f"{waiting} (the request {waiting.approval_id} cannot be read back)"
-                ) from None
-            raise ApprovalRequired(str(waiting), request) from None
+            raise ApprovalRequired(str(waiting), from_wire(Approval, waiting.approval)) from None
 
-    def _schedule(self, done: Mapping[str, Any]) -> Schedule:
-        found = self._storage.schedules.get(str(done["schedule_id"]))
-        if found is None:
-            raise NotFound(f"schedule {done['schedule_id']} changed, but is gone already")
-        return found
+    def _paged(self, op: str, kind: type[T], **args: Any) -> list[T]:
+        """Every row of a list the server sends in windows (see reads.window)."""
+        found: list[T] = []
+        offset = 0
+        while True:
+            done = self._call(op, **args, offset=offset)
+            items, after = done.get("items"), done.get("next")
+            if not isinstance(items, list):
+                raise ProtocolError(f"the server's {op} has no items")
+            found += [from_wire(kind, item) for item in items]
+            if after is None:
+                return found
+            if not isinstance(after, int) or isinstance(after, bool) or after <= offset:
+                raise ProtocolError(f"the server's {op} does not move on from row {offset}")
+            offset = after
 
-    def _approval(self, done: Mapping[str, Any]) -> Approval:
-        found = self._storage.approvals.get(str(done["approval_id"]))
-        if found is None:
-            raise NotFound(f"approval {done['approval_id']} was decided but cannot be read")
-        return found
+    @staticmethod
+    def _settings(done: Mapping[str, Any]) -> RetentionSettings:
+        settings = done.get("settings")
+        if not isinstance(settings, dict):
+            raise ProtocolError("the server's retention has no settings")
+        return RetentionSettings.from_payload(settings)
+
+    @staticmethod
+    def _schedule(done: Mapping[str, Any]) -> Schedule:
+        return from_wire(Schedule, done.get("schedule"))
+
+
+class _ServedEntries:
+    """The pages of audit entries the server sends, as engine.governance.audit.export reads a
+    log."""
+
+    def __init__(self, service: RemoteService) -> None:
+        self._service = service
+
+    def entries(self, chain: str, *, after_seq: int = 0, limit: int = 1000) -> list[AuditEntry]:
+        return self._service.audit_entries(
+            chain, after_seq=after_seq, limit=min(limit, AUDIT_PAGE_MAX)
+        )

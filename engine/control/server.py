@@ -25,6 +25,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from engine.control.codec import to_wire
+from engine.control.reads import READS
+from engine.control.request import (
+    Args,
+    ControlContext,
+    Handler,
+    flag,
+    integer,
+    maybe_int,
+    maybe_text,
+    run_ids,
+    text,
+)
 from engine.control.wire import (
     MAX_LINE,
     VERSION,
@@ -35,10 +48,14 @@ from engine.control.wire import (
     spec_from_json,
 )
 from engine.domain.access import parse_role, validate_operator
+from engine.domain.approvals import ApprovalRequired
 from engine.domain.audit import KeyRing, parse_point
 from engine.domain.errors import InvalidInput, StorageError, VortosError
+from engine.domain.schedule import Schedule
 from engine.governance.audit import verify
+from engine.governance.doctor import Report
 from engine.ports.audit import AuditLog
+from engine.ports.read_model import ReadModel
 from engine.service import ScheduleService
 
 log = logging.getLogger("vortos.control")
@@ -50,26 +67,6 @@ DISCARD_TIMEOUT_S = 2.0
 SOCKET_MODE = 0o660
 IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
 MAX_CONNECTIONS = 32  # at once; more wait in the listen backlog
-
-Args = Mapping[str, Any]
-Handler = Callable[["ControlContext", Args], dict[str, Any]]
-
-
-class ControlContext:
-    """One request: the service, who asked (as the kernel says), and the audit log and keys
-    (for verification, which needs the key the operators cannot read)."""
-
-    def __init__(
-        self,
-        service: ScheduleService,
-        actor: str,
-        audit: AuditLog | None,
-        keys: Callable[[], KeyRing] | None,
-    ) -> None:
-        self.service = service
-        self.actor = actor
-        self.audit = audit
-        self.keys = keys
 
 
 def peer_account(conn: socket.socket) -> tuple[str, int]:
@@ -83,56 +80,12 @@ def peer_account(conn: socket.socket) -> tuple[str, int]:
     return validate_operator(name), uid
 
 
-# -- arguments ----------------------------------------------------------------------------------
-
-
-def _text(args: Args, key: str, default: str | None = None) -> str:
-    value = args.get(key, default)
-    if not isinstance(value, str):
-        raise InvalidInput(f"the request's {key!r} must be text")
-    return value
-
-
-def _maybe_text(args: Args, key: str) -> str | None:
-    value = args.get(key)
-    if value is not None and not isinstance(value, str):
-        raise InvalidInput(f"the request's {key!r} must be text")
-    return value
-
-
-def _maybe_int(args: Args, key: str) -> int | None:
-    value = args.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise InvalidInput(f"the request's {key!r} must be an integer")
-    return value
-
-
-def _int(args: Args, key: str) -> int:
-    value = _maybe_int(args, key)
-    if value is None:
-        raise InvalidInput(f"the request needs {key!r}")
-    return value
-
-
-def _flag(args: Args, key: str) -> bool:
-    value = args.get(key, False)
-    if not isinstance(value, bool):
-        raise InvalidInput(f"the request's {key!r} must be true or false")
-    return value
-
-
-def _run_ids(args: Args) -> list[int] | None:
-    value = args.get("run_ids")
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise InvalidInput("the request's 'run_ids' must be a list of integers")
-    return value
-
-
 # -- operations ---------------------------------------------------------------------------------
+
+
+def _schedule(done: Schedule) -> dict[str, Any]:
+    """A change's answer: the schedule as the change left it (the client reads no file)."""
+    return {"schedule_id": done.id, "schedule": to_wire(done)}
 
 
 def _hello(c: ControlContext, a: Args) -> dict[str, Any]:
@@ -141,138 +94,136 @@ def _hello(c: ControlContext, a: Args) -> dict[str, Any]:
 
 def _create(c: ControlContext, a: Args) -> dict[str, Any]:
     made = c.service.create(spec_from_json(a.get("spec")), actor=c.actor)
-    return {"schedule_id": made.id}
+    return _schedule(made)
 
 
 def _update(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.update(
         spec_from_json(a.get("spec")),
         actor=c.actor,
-        expected_version=_maybe_int(a, "expected_version"),
+        expected_version=maybe_int(a, "expected_version"),
     )
-    return {"schedule_id": done.id}
+    return _schedule(done)
 
 
 def _pause(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.pause(
-        _text(a, "name"),
+        text(a, "name"),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
-        note=_maybe_text(a, "note"),
-        expected_version=_maybe_int(a, "expected_version"),
+        tenant=text(a, "tenant"),
+        note=maybe_text(a, "note"),
+        expected_version=maybe_int(a, "expected_version"),
     )
-    return {"schedule_id": done.id}
+    return _schedule(done)
 
 
 def _resume(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.resume(
-        _text(a, "name"),
+        text(a, "name"),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
-        expected_version=_maybe_int(a, "expected_version"),
-        catch_up=_flag(a, "catch_up"),
+        tenant=text(a, "tenant"),
+        expected_version=maybe_int(a, "expected_version"),
+        catch_up=flag(a, "catch_up"),
     )
-    return {"schedule_id": done.id}
+    return _schedule(done)
 
 
 def _clear_override(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.clear_override(
-        _text(a, "name"),
+        text(a, "name"),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
-        expected_version=_maybe_int(a, "expected_version"),
+        tenant=text(a, "tenant"),
+        expected_version=maybe_int(a, "expected_version"),
     )
-    return {"schedule_id": done.id}
+    return _schedule(done)
 
 
 def _delete(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.delete(
-        _text(a, "name"),
+        text(a, "name"),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
-        expected_version=_maybe_int(a, "expected_version"),
+        tenant=text(a, "tenant"),
+        expected_version=maybe_int(a, "expected_version"),
     )
-    return {"schedule_id": done.id}
+    return _schedule(done)
 
 
 def _trigger(c: ControlContext, a: Args) -> dict[str, Any]:
     run = c.service.trigger(
-        _text(a, "name"),
+        text(a, "name"),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
-        expected_version=_maybe_int(a, "expected_version"),
+        tenant=text(a, "tenant"),
+        expected_version=maybe_int(a, "expected_version"),
     )
-    return {"run_id": run.id}
+    return {"run_id": run.id, "run": to_wire(run)}
 
 
 def _backfill(c: ControlContext, a: Args) -> dict[str, Any]:
     report = c.service.backfill(
-        _text(a, "name"),
-        start_ms=_int(a, "start_ms"),
-        end_ms=_int(a, "end_ms"),
+        text(a, "name"),
+        start_ms=integer(a, "start_ms"),
+        end_ms=integer(a, "end_ms"),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
-        confirmed=_flag(a, "confirmed"),
+        tenant=text(a, "tenant"),
+        confirmed=flag(a, "confirmed"),
     )
     return asdict(report)
 
 
 def _requeue(c: ControlContext, a: Args) -> dict[str, Any]:
-    count = c.service.requeue(_run_ids(a), actor=c.actor, tenant=_maybe_text(a, "tenant"))
+    count = c.service.requeue(run_ids(a), actor=c.actor, tenant=maybe_text(a, "tenant"))
     return {"count": count}
 
 
 def _purge(c: ControlContext, a: Args) -> dict[str, Any]:
-    count = c.service.purge(_run_ids(a), actor=c.actor, tenant=_maybe_text(a, "tenant"))
+    count = c.service.purge(run_ids(a), actor=c.actor, tenant=maybe_text(a, "tenant"))
     return {"count": count}
 
 
 def _approve(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.approve(
-        _text(a, "approval_id"), actor=c.actor, tenant=_maybe_text(a, "tenant")
-    )
-    return {"approval_id": done.id}
+    done = c.service.approve(text(a, "approval_id"), actor=c.actor, tenant=maybe_text(a, "tenant"))
+    return {"approval_id": done.id, "approval": to_wire(done)}
 
 
 def _reject(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.reject(
-        _text(a, "approval_id"),
+        text(a, "approval_id"),
         actor=c.actor,
-        reason=_text(a, "reason"),
-        tenant=_maybe_text(a, "tenant"),
+        reason=text(a, "reason"),
+        tenant=maybe_text(a, "tenant"),
     )
-    return {"approval_id": done.id}
+    return {"approval_id": done.id, "approval": to_wire(done)}
 
 
 def _grant(c: ControlContext, a: Args) -> dict[str, Any]:
     changed = c.service.grant_role(
-        validate_operator(_text(a, "operator")),
-        parse_role(_text(a, "role")),
+        validate_operator(text(a, "operator")),
+        parse_role(text(a, "role")),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
+        tenant=text(a, "tenant"),
     )
     return {"changed": changed}
 
 
 def _revoke(c: ControlContext, a: Args) -> dict[str, Any]:
     c.service.revoke_role(
-        validate_operator(_text(a, "operator")),
-        parse_role(_text(a, "role")),
+        validate_operator(text(a, "operator")),
+        parse_role(text(a, "role")),
         actor=c.actor,
-        tenant=_text(a, "tenant"),
+        tenant=text(a, "tenant"),
     )
     return {}
 
 
 def _set_retention(c: ControlContext, a: Args) -> dict[str, Any]:
     done = c.service.set_retention(
-        _text(a, "tenant"), _int(a, "days"), actor=c.actor, reason=_maybe_text(a, "reason")
+        text(a, "tenant"), integer(a, "days"), actor=c.actor, reason=maybe_text(a, "reason")
     )
-    return {"tenant": done.tenant}
+    return {"tenant": done.tenant, "override": to_wire(done)}
 
 
 def _remove_retention(c: ControlContext, a: Args) -> dict[str, Any]:
-    before = c.service.remove_retention(_text(a, "tenant"), actor=c.actor)
+    before = c.service.remove_retention(text(a, "tenant"), actor=c.actor)
     return {
         "tenant": before.tenant,
         "days": before.days,
@@ -283,7 +234,7 @@ def _remove_retention(c: ControlContext, a: Args) -> dict[str, Any]:
 
 
 def _prune(c: ControlContext, a: Args) -> dict[str, Any]:
-    return c.service.prune(actor=c.actor, dry_run=_flag(a, "dry_run")).to_json()
+    return c.service.prune(actor=c.actor, dry_run=flag(a, "dry_run")).to_json()
 
 
 def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
@@ -301,15 +252,21 @@ def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
         expect = {str(k): parse_point(str(v)) for k, v in expect_raw.items()}
     except ValueError as exc:
         raise InvalidInput(f"--expect-head: {exc}") from None
-    c.service.audit_chains(actor=c.actor, wanted=list(expect))  # each exists and is readable
-    chains = c.service.audit_chains(actor=c.actor, wanted=wanted)
+    # Each expected chain exists and is readable; one who may read none is refused.
+    chains, unreadable = c.service.audit_chains_to_verify(
+        actor=c.actor, wanted=wanted, expected=list(expect)
+    )
     record = a.get("record", True)
     if not isinstance(record, bool):
         raise InvalidInput("the request's 'record' must be true or false")
     result = verify(
-        c.audit, c.keys(), chains=chains, full=_flag(a, "full"), expect=expect, record=record
+        c.audit, c.keys(), chains=chains, full=flag(a, "full"), expect=expect, record=record
     )
-    return {"chains": [report.to_json() for report in result.chains]}
+    # What was checked and what was trusted from a mark travel in each report.
+    return {
+        "chains": [report.to_json() for report in result.chains],
+        "unreadable": unreadable,
+    }
 
 
 OPERATIONS: dict[str, Handler] = {
@@ -332,6 +289,7 @@ OPERATIONS: dict[str, Handler] = {
     "remove_retention": _remove_retention,
     "prune": _prune,
     "audit_verify": _audit_verify,
+    **READS,
 }
 
 
@@ -359,6 +317,8 @@ def answer(context: ControlContext, request: Mapping[str, Any]) -> dict[str, Any
     try:
         handler, args = _route(request)
         return {"ok": True, "result": handler(context, args)}
+    except ApprovalRequired as exc:  # with the request, which the client cannot read itself
+        return {"ok": False, "error": {**error_to_json(exc), "approval": to_wire(exc.approval)}}
     except VortosError as exc:
         return {"ok": False, "error": error_to_json(exc)}
     except Exception as exc:  # a bug of ours: say so, keep serving
@@ -395,7 +355,9 @@ class _Connection(socketserver.StreamRequestHandler):
                 }
             )
             return
-        context = ControlContext(control.service, actor, control.audit, control.keys)
+        context = ControlContext(
+            control.service, actor, control.audit, control.keys, control.read_model, control.doctor
+        )
         while True:
             try:
                 line = self.rfile.readline(MAX_LINE + 1)
@@ -466,13 +428,19 @@ class ControlServer:
         group: str | None = None,
         audit: AuditLog | None = None,
         keys: Callable[[], KeyRing] | None = None,
+        read_model: Callable[[str], ReadModel] | None = None,
+        doctor: Callable[[], Report] | None = None,
     ) -> None:
+        """`read_model(operator)`: the console's read model narrowed to that operator (for the
+        console's reads; None: not served). `doctor`: the service's own health checks."""
         if service.access is None:
             raise ValueError("a control socket serves operators: its service must check access")
         self.service = service
         self.path = Path(path)
         self.audit = audit
         self.keys = keys
+        self.read_model = read_model
+        self.doctor = doctor
         gid = _group_id(group)
         _clear_stale(self.path)
         self._server = _UnixServer(str(self.path), self)

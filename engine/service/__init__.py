@@ -13,11 +13,19 @@ from engine.service.manual import BACKFILL_CONFIRM_OVER, BackfillReport, ManualF
 from engine.service.operators import OperatorAdmin
 from engine.service.queue import DeadLetters
 from engine.service.retention import RetentionAdmin, RetentionView
+from engine.service.site import SiteFacts
 from engine.service.static import StaticSync, SyncReport
 
 
 class ScheduleService(
-    ManualFires, DeadLetters, StaticSync, OperatorAdmin, Approvals, AuditTrail, RetentionAdmin
+    ManualFires,
+    DeadLetters,
+    StaticSync,
+    OperatorAdmin,
+    Approvals,
+    AuditTrail,
+    RetentionAdmin,
+    SiteFacts,
 ):
     """Schedules (create, pause, resume, delete, preview), manual fires (trigger, backfill),
     dead letters (list, requeue, purge), static schedules (sync), operators (grant,

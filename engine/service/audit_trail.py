@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TextIO
 
 from engine.domain.access import PermissionDenied, chain_visible
 from engine.domain.audit import AuditEntry, chain_tenant
 from engine.domain.errors import InvalidInput
+from engine.governance.audit import export
 from engine.service.core import ServiceCore
+
+AUDIT_PAGE_MAX = 10_000  # entries in one page of a chain
 
 
 class AuditTrail(ServiceCore):
@@ -49,3 +53,24 @@ class AuditTrail(ServiceCore):
             found += self._storage.audit.latest(one, limit=limit)
         found.sort(key=lambda e: (e.at, e.chain, e.seq), reverse=True)
         return found[:limit]
+
+    def audit_entries(
+        self, chain: str, *, actor: str | None = None, after_seq: int = 0, limit: int = 1000
+    ) -> list[AuditEntry]:
+        """One chain's entries after `after_seq`, oldest first (an export's page): the chain
+        must exist and be readable by `actor`."""
+        if not 1 <= limit <= AUDIT_PAGE_MAX:
+            raise InvalidInput(f"limit {limit} is out of range: use 1 to {AUDIT_PAGE_MAX}")
+        if after_seq < 0:
+            raise InvalidInput(f"after_seq {after_seq} is negative: sequence numbers start at 1")
+        self.audit_chains(actor=actor, wanted=[chain])
+        return self._storage.audit.entries(chain, after_seq=after_seq, limit=limit)
+
+    def audit_export(
+        self, out: TextIO, *, actor: str | None = None, chains: Sequence[str] | None = None
+    ) -> int:
+        """Every entry of `chains` (default: every chain `actor` may read) as JSON lines, chain
+        by chain (engine.governance.audit.export); how many."""
+        return export(
+            self._storage.audit, out, chains=self.audit_chains(actor=actor, wanted=chains)
+        )

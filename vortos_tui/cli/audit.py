@@ -16,7 +16,6 @@ from engine.domain.timeutil import iso_utc
 from engine.governance.audit import (
     ChainReport,
     Verification,
-    export,
     read_export,
     verify,
     verify_export,
@@ -159,10 +158,10 @@ def export_(
     with open_for_read(ctx) as engine:
         readable = engine.service.audit_chains(actor=operator(), wanted=chains)
         if output is None:
-            count = export(engine.storage.audit, sys.stdout, chains=readable)
+            count = engine.service.audit_export(sys.stdout, actor=operator(), chains=readable)
         else:
             with output.open("w", encoding="utf-8") as handle:
-                count = export(engine.storage.audit, handle, chains=readable)
+                count = engine.service.audit_export(handle, actor=operator(), chains=readable)
         say(f"exported {count} audit entr{'y' if count == 1 else 'ies'}")
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from engine.domain.database import is_postgres_url, shown
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, create_key_file
-from vortos_tui.cli.context import open_for_read, open_for_write, state
+from vortos_tui.cli.context import open_for_read, open_for_write, operator, state
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 
 app = typer.Typer(help="Create, upgrade and inspect the database.", no_args_is_help=True)
@@ -73,9 +73,7 @@ def info(
 ) -> None:
     """Where the database is, its schema, and what it holds."""
     with open_for_read(ctx) as engine:
-        facts = engine.storage.describe()
-        lease = engine.storage.leases.current("scheduler:leader")
-        facts["leader"] = None if lease is None else lease.holder
+        facts = engine.service.database_info(actor=operator())
         if as_json:
             emit_json(facts)
             return

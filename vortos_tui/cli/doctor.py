@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -15,7 +13,6 @@ from engine.api import default_node_id
 from engine.control import RemoteService
 from engine.domain.errors import VortosError
 from engine.extensions import Builder, doctor_checks
-from engine.governance.audit import ChainReport
 from engine.governance.doctor import DoctorContext, Report, Status, default_checks, run_checks
 from engine.plugins import PluginError, Selection
 from vortos_tui.cli.context import CliState, state
@@ -37,35 +34,25 @@ def run_doctor(cli: CliState) -> Report:
     """Every check on `cli`'s database, read-only (the CLI's doctor and the console's view),
     and the doctor_checks plug-ins. A plug-in that cannot be loaded is a failed finding
     (plugins.ports), not the end of the doctor."""
+    if cli.control_socket is not None:
+        # The service's own doctor, on its view: this process opens no database.
+        with open_engine(cli.db, create=False, control_socket=cli.control_socket) as remote:
+            assert isinstance(remote.service, RemoteService)
+            return remote.service.doctor()
     plugins: Selection | None = None
     problem: str | None = None
     try:
         plugins = cli.plugins()
     except PluginError as exc:
         problem = str(exc)
-    with (
-        open_engine(
-            cli.db,
-            create=False,
-            readonly=True,
-            enforce=True,
-            plugins=plugins,
-            settings=cli.settings,
-        ) as engine,
-        contextlib.ExitStack() as opened,
-    ):
-        remote_verify: Callable[[], list[ChainReport]] | None = None
-        if cli.control_socket is not None:
-            # The key is the service account's: its server verifies, without recording.
-            client = opened.enter_context(
-                open_engine(cli.db, create=False, control_socket=cli.control_socket)
-            )
-            service = client.service
-            assert isinstance(service, RemoteService)
-
-            def remote_verify() -> list[ChainReport]:
-                return [ChainReport.from_json(r) for r in service.audit_verify(record=False)]
-
+    with open_engine(
+        cli.db,
+        create=False,
+        readonly=True,
+        enforce=True,
+        plugins=plugins,
+        settings=cli.settings,
+    ) as engine:
         checks = default_checks()
         if plugins is not None:
             builder = Builder(engine.storage, engine.clock, cli.db, default_node_id(), cli.settings)
@@ -79,7 +66,6 @@ def run_doctor(cli: CliState) -> Report:
                 engine.clock,
                 cli.db,
                 key_file=cli.settings.audit_key_file,
-                remote_verify=remote_verify,
                 diagnostics=engine.storage.diagnostics(),
                 commands=cli.commands(),
                 static=cli.loaded_app().static if cli.app is not None else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -33,6 +33,7 @@ from engine.runtime.daemon import (
 )
 from vortos_tui.cli.context import CliState, configured, open_to_serve, operator, state
 from vortos_tui.cli.demo import seed_demo
+from vortos_tui.cli.doctor import run_doctor
 from vortos_tui.cli.output import handles_errors
 from vortos_tui.cli.workers import (
     DEFAULT_CONSUMERS,
@@ -202,7 +203,14 @@ def run(
         engine.storage.audit.keys()
         engine.service.four_eyes.ttl_ms = o.approval_ms
         if o.control_socket is not None:
-            serving.enter_context(engine.serve_control(o.control_socket, group=o.control_group))
+            serving.enter_context(
+                engine.serve_control(
+                    o.control_socket,
+                    group=o.control_group,
+                    database=cli.db,  # the console's reads, narrowed per operator
+                    doctor=lambda: run_doctor(replace(cli, control_socket=None)),
+                )
+            )
         _sync_static(engine, cli)
         if demo:
             added = seed_demo(engine, operator())

@@ -9,9 +9,13 @@ from zoneinfo import ZoneInfo
 
 from textual.binding import Binding
 
-from engine import Engine, SystemClock, open_engine, open_read_model
+from engine import Engine, ReadModel, SystemClock, open_engine, open_read_model
+from engine.control import ControlClient
+from engine.control.read_model import SocketReadModel
 from engine.domain.database import shown
 from engine.domain.timeutil import format_duration
+from engine.governance.policy import RoleBasedPolicy
+from engine.ports.policy import Policy
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.doctor import run_doctor
@@ -44,6 +48,21 @@ def binding_ids() -> set[str]:
     }
 
 
+def _reads(
+    cli: CliState, who: str, deciding: Engine | None, served: ControlClient | None
+) -> tuple[Policy, ReadModel]:
+    """The policy that decides what the console offers, and its read model. One policy, the
+    selected one, decides what the reads show and which verbs are offered. Through a control
+    socket the server's policy narrows the reads and decides every verb; the verbs offered
+    here follow the roles."""
+    if served is not None:
+        return RoleBasedPolicy(), SocketReadModel(served)
+    assert deciding is not None
+    assert deciding.service.access is not None
+    policy = deciding.service.access.policy
+    return policy, open_read_model(cli.db, operator=who, policy=policy)
+
+
 def run_console(
     cli: CliState,
     *,
@@ -70,8 +89,12 @@ def run_console(
     who = operator()
     engine: Engine | None = None
     host: EngineHost | None = None
-    # With a control socket the engine is `vortos run`'s, and every change goes through it.
+    # With a control socket the engine is `vortos run`'s, and every read and change goes
+    # through it: this process opens no database file.
     attach = attach or cli.control_socket is not None
+    served = None if cli.control_socket is None else ControlClient(cli.control_socket)
+    if served is not None:
+        served.call("hello")  # a stopped service: refuse now, with its message
     # Refuses a missing or foreign file now, with the CLI's message, not as a banner; its
     # access control holds the selected policy, which decides what the console shows.
     reader = (
@@ -84,7 +107,7 @@ def run_console(
             plugins=plugins,
             settings=cli.settings,
         )
-        if attach
+        if attach and served is None
         else None
     )
     if not attach:
@@ -123,14 +146,10 @@ def run_console(
             who,
             owns_engine=shared is None,
         )
-    # One policy, the selected one, decides what the reads show and which verbs are offered.
-    deciding = engine if engine is not None else reader
-    assert deciding is not None
-    assert deciding.service.access is not None
-    policy = deciding.service.access.policy
+    policy, model = _reads(cli, who, engine or reader, served)
     context = ConsoleContext(
         db_label=shown(cli.db),
-        model=open_read_model(cli.db, operator=who, policy=policy),
+        model=model,
         clock=SystemClock(),
         zone=zone_info,
         operator=who,
