@@ -13,12 +13,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from engine.domain.approvals import ApprovalState, GatedOperation
-from engine.domain.errors import StorageError, VortosError
+from engine.domain.database import is_postgres_url
+from engine.domain.errors import AuditKeyMissing, StorageError, VortosError
 from engine.domain.run import RunState
 from engine.domain.schedule import MisfireKind, Schedule, ScheduleOrigin, ScheduleStatus
 from engine.domain.triggers import OneShotTrigger
+from engine.file_modes import current_file_access, loose, vortos_files
 from engine.governance.deadman import Verdict, judged
 from engine.governance.doctor import DoctorContext, Finding, Status
+from engine.governance.keys import key_source
 from engine.ports.lease import LEADER_LEASE, shard_lease
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
@@ -181,6 +184,45 @@ class StorageDisk(_Named):
                 "free space, or prune older runs (`vortos prune`)",
             )
         return self.ok("enough free disk space", said)
+
+
+class FileModes(_Named):
+    """No file of Vortos (the database, its -wal/-shm, the audit key) is more open than its
+    layout: readable by others is a failure (payloads hold tokens; the key forges the chain),
+    readable by a group other than the control group a warning."""
+
+    def __init__(self) -> None:
+        super().__init__("storage.file_modes")
+
+    def run(self, ctx: DoctorContext) -> Finding:
+        access = current_file_access()
+        db = None if is_postgres_url(ctx.db) else Path(ctx.db)
+        try:
+            _, key = key_source(ctx.db, ctx.key_file)
+        except AuditKeyMissing:
+            key = None
+        files = vortos_files(None if db is None else db.resolve(), key, access)
+        found = [problem for path, want in files if (problem := loose(path, want)) is not None]
+        if not found:
+            checked = sum(1 for path, _ in files if path.exists())
+            return self.ok(f"{checked} file(s), none more open than {access.describe()}")
+        detail = "; ".join(p.describe() for p in found)
+        fixes = "; ".join(p.fix() for p in found)
+        others = [p for p in found if p.world]
+        keys = [p for p in found if p.path == key]
+        if others or keys:
+            return self.fail(
+                f"{len(found)} file(s) of Vortos are readable beyond their layout",
+                detail,
+                f"run, as the files' owner: {fixes} (or restart `vortos run`, which tightens "
+                "them); with the shared-read layout set control_group so the doctor knows it",
+            )
+        return self.warn(
+            f"{len(found)} file(s) of Vortos are readable by a group beyond the layout",
+            detail,
+            f"run, as the files' owner: {fixes}; with the shared-read layout set control_group "
+            "(vortos.toml or VORTOS_CONTROL_GROUP) so the doctor knows it",
+        )
 
 
 # A database server's clock against this host's. Leases and claims are judged on the server's

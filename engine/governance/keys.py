@@ -17,6 +17,7 @@ from pathlib import Path
 from engine.domain.audit import KeyRing
 from engine.domain.database import is_postgres_url
 from engine.domain.errors import AuditKeyMissing, InvalidInput
+from engine.file_modes import OWNER_ONLY, create_private, tighten
 
 KEY_ENV = "VORTOS_AUDIT_KEY"
 KEY_FILE_ENV = "VORTOS_AUDIT_KEY_FILE"
@@ -105,7 +106,7 @@ def create_key_file(path: Path) -> KeyRing:
     key = secrets.token_hex(32)
     aside = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     try:
-        fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = create_private(aside)  # 0600 exactly, whatever the umask; never via a symlink
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(
                 "# Vortos audit key: signs this database's audit chain. Keep it (and a backup)\n"
@@ -129,6 +130,10 @@ def rotate_key_file(path: Path) -> str:
     if not path.exists():
         raise AuditKeyMissing(f"the audit key file {path} does not exist: nothing to rotate")
     key = secrets.token_hex(32)
+    try:
+        tighten(path, OWNER_ONLY)  # a key file copied in looser is made the owner's first
+    except PermissionError as exc:
+        raise AuditKeyMissing(f"cannot make the audit key file {path} private: {exc}") from None
     with path.open("a", encoding="utf-8") as handle:
         handle.write(key + "\n")
     return KeyRing([key.encode()]).active_id

@@ -9,6 +9,7 @@ import typer
 
 from engine.api import DEFAULT_DB
 from engine.config import load_settings
+from engine.file_modes import file_access, use_file_access
 from vortos_tui.cli import approvals, audit, db, operators, queue, retention, runs, schedule
 from vortos_tui.cli.config import app as config_app
 from vortos_tui.cli.consume import consume
@@ -81,6 +82,8 @@ def main(
     )
     # Every setting is read and checked here, before any command opens the database.
     settings = load_settings(flags=given, config=config)
+    # Every file this process creates is private to this layout, whatever the umask.
+    use_file_access(file_access(settings.control_group, settings.operator_file_access))
     ctx.obj = CliState(
         db=settings.db,
         app=settings.app,

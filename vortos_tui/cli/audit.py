@@ -14,14 +14,15 @@ from engine.domain.audit import ChainPoint, parse_point
 from engine.domain.errors import InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
 from engine.governance.audit import (
-    ChainReport,
     Verification,
     read_export,
     verify,
     verify_export,
+    what_was_checked,
 )
 from engine.governance.keys import key_source, load_keyring, rotate_key_file
 from vortos_tui.cli.context import open_existing, open_for_read, operator, state
+from vortos_tui.cli.files import private_output
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 
 app = typer.Typer(
@@ -33,6 +34,9 @@ Chain = Annotated[
     typer.Option("--chain", help="Only this chain (repeat): tenant:NAME or system."),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only (messages go to stderr).")]
+
+
+FULL_HINT = "run `vortos audit verify --full` to check them too"
 
 
 class ChainBroken(VortosError):
@@ -59,7 +63,7 @@ def _report(result: Verification, as_json: bool) -> None:
         emit_json([report.to_json() for report in result.chains])
     else:
         table = Table(box=None, pad_edge=False)
-        for column in ("CHAIN", "STATE", "HEAD", "CHECKED", "FROM", "FIRST BAD", "PROBLEM"):
+        for column in ("CHAIN", "STATE", "HEAD", "CHECKED", "TRUSTED TO", "FIRST BAD", "PROBLEM"):
             table.add_column(column, overflow="fold")
         for report in result.chains:
             table.add_row(
@@ -67,7 +71,7 @@ def _report(result: Verification, as_json: bool) -> None:
                 "[green]intact[/]" if report.intact else "[bold red]BROKEN[/]",
                 str(report.head.seq),
                 str(report.checked),
-                str(report.resumed_from),
+                str(report.trusted_through) if report.trusted_through else "-",
                 "-" if report.problem is None else str(report.problem.seq),
                 "-" if report.problem is None else report.problem.reason,
             )
@@ -82,9 +86,13 @@ def _report(result: Verification, as_json: bool) -> None:
             + (f" (and {len(broken) - 1} more chain(s))" if len(broken) > 1 else "")
         )
     if not result.chains:
+        # Only said to whoever may read every chain (others are refused before).
         say("no audit entries yet")
-    elif not as_json:
-        say("every chain is intact; to catch a truncated tail later, keep these heads:")
+        return
+    for line in what_was_checked(result, FULL_HINT):
+        say(line)
+    if not as_json:
+        say("to catch a truncated tail later, keep these heads:")
         for report in result.chains:
             sys.stdout.write(f"--expect-head {report.chain}={report.head.spelled()}\n")
 
@@ -94,7 +102,12 @@ def _report(result: Verification, as_json: bool) -> None:
 def verify_(
     ctx: typer.Context,
     full: Annotated[
-        bool, typer.Option("--full", help="Walk every entry, not only those since the last run.")
+        bool,
+        typer.Option(
+            "--full",
+            help="Walk every entry from the start, with every checkpoint and the signed "
+            "verification mark, instead of trusting the entries up to that mark.",
+        ),
     ] = False,
     chains: Chain = None,
     expect_head: Annotated[
@@ -102,7 +115,7 @@ def verify_(
         typer.Option(
             "--expect-head",
             help="CHAIN=SEQ:HASH printed by an earlier verify: that entry must still be there, "
-            "unchanged (catches a truncated tail). Repeat per chain.",
+            "unchanged (catches a truncated tail). Repeat per chain. Works with --file too.",
         ),
     ] = None,
     from_file: Annotated[
@@ -112,7 +125,7 @@ def verify_(
     as_json: Json = False,
 ) -> None:
     """Prove the audit chains intact, or name the first broken entry (exit 1). Resumes from the
-    last verification unless --full; needs the audit key."""
+    last verification's signed mark unless --full, and says so; needs the audit key."""
     expect = _expectations(expect_head)
     cli = state(ctx)
     if from_file is not None:
@@ -121,7 +134,7 @@ def verify_(
         keys = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
         with from_file.open(encoding="utf-8") as handle:
             try:
-                result = verify_export(read_export(handle), keys)
+                result = verify_export(read_export(handle), keys, expect=expect)
             except ValueError as exc:
                 raise InvalidInput(f"{from_file}: {exc}") from None
         _report(result, as_json)
@@ -130,18 +143,19 @@ def verify_(
         # The key is the service account's: the server verifies, and records how far.
         with open_existing(ctx) as engine:
             assert isinstance(engine.service, RemoteService)
-            reports = engine.service.audit_verify(chains=chains, full=full, expect=expect)
-        try:
-            found = Verification([ChainReport.from_json(r) for r in reports])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidInput(f"the control socket's verification is malformed: {exc}") from None
+            found = engine.service.audit_verification(chains=chains, full=full, expect=expect)
         _report(found, as_json)
         return
+    with open_for_read(ctx) as reader:
+        # Who may read what comes first, on a read-only open: one who may read no chain
+        # learns nothing, not even that the key or the file's writing is out of its reach.
+        readable, unreadable = reader.service.audit_chains_to_verify(
+            actor=operator(), wanted=chains, expected=list(expect)
+        )
     with open_existing(ctx) as engine:
         keys = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
-        engine.service.audit_chains(actor=operator(), wanted=list(expect))  # each exists
-        readable = engine.service.audit_chains(actor=operator(), wanted=chains)
         result = verify(engine.storage.audit, keys, chains=readable, full=full, expect=expect)
+        result.unreadable = unreadable
         _report(result, as_json)
 
 
@@ -151,8 +165,15 @@ def export_(
     ctx: typer.Context,
     chains: Chain = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Write here (a new file, mode 0600) instead of stdout."
+        ),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Replace an existing --output file (atomically)."),
+    ] = False,
 ) -> None:
     """Every entry as JSON lines, chain by chain, for archiving or `verify --file`."""
     with open_for_read(ctx) as engine:
@@ -160,7 +181,7 @@ def export_(
         if output is None:
             count = engine.service.audit_export(sys.stdout, actor=operator(), chains=readable)
         else:
-            with output.open("w", encoding="utf-8") as handle:
+            with private_output(output, force=force) as handle:
                 count = engine.service.audit_export(handle, actor=operator(), chains=readable)
         say(f"exported {count} audit entr{'y' if count == 1 else 'ies'}")
 

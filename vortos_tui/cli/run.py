@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,8 +15,10 @@ import typer
 from engine.api import Engine, default_node_id
 from engine.domain.approvals import approval_ttl_ms
 from engine.domain.database import is_postgres_url, shown
-from engine.domain.errors import InvalidInput
+from engine.domain.errors import AuditKeyMissing, InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
+from engine.file_modes import FileAccess, file_access, tighten_all, use_file_access, vortos_files
+from engine.governance.keys import key_source
 from engine.observability import DEFAULT_METRICS_HOST
 from engine.ports.dispatch import DispatchReport
 from engine.retention import retention_schedule
@@ -193,7 +196,10 @@ def run(
         # A metrics port in use fails here, before the database is opened.
         telemetry = start_telemetry(o.metrics_port, o.metrics_host, trace)
         serving.callback(telemetry.close)
+        access = file_access(o.control_group, cli.settings.operator_file_access)
+        use_file_access(access)  # what it creates: its --control-group's, not only the setting's
         engine = serving.enter_context(open_to_serve(ctx, node_id=node))
+        _make_files_private(cli, access)
         # Built before anything is written: a plug-in that fails to start changes nothing.
         plugins = start_plugins(engine, cli, node, telemetry, ship_audit=True)
         serving.callback(plugins.close)
@@ -307,6 +313,26 @@ def run_daemons(daemons: list[SchedulerDaemon]) -> None:
             daemon.stop()
         for thread in others:
             thread.join()
+
+
+def _make_files_private(cli: CliState, access: FileAccess) -> None:
+    """An existing database or key file looser than the layout is tightened, and said (one
+    line each): a file created under another umask, or copied in, must not stay readable."""
+    db = None if is_postgres_url(cli.db) else Path(cli.db)
+    try:
+        _, key = key_source(cli.db, cli.settings.audit_key_file)
+    except AuditKeyMissing:
+        key = None  # PostgreSQL with the key in the environment
+    for line in tighten_all(vortos_files(db, key, access)):
+        log.warning("%s", line)
+    if access.group is not None and os.geteuid() != 0 and os.getegid() != access.gid():
+        log.warning(
+            "SQLite gives the -wal/-shm files it creates this process's group, not %s: run "
+            "the service with %s as its group (systemd Group=%s) so operators can read them",
+            access.group,
+            access.group,
+            access.group,
+        )
 
 
 def _options(ctx: typer.Context) -> _Options:

@@ -20,6 +20,7 @@ import apsw
 
 from engine.backends.sql import Args, Dialect
 from engine.domain.errors import StorageError, VortosError
+from engine.file_modes import create_private, current_file_access
 
 APPLICATION_ID = 0x566F7274  # "Vort"
 SCHEMA_VERSION = 10
@@ -390,6 +391,8 @@ def prepare(path: Path, *, create: bool, write: bool) -> None:
     in one transaction, so processes opening a new file at the same moment create it once.
     """
     existed = inspect_path(path, create=create)
+    if not existed and write:
+        _create_file(path)
     conn = connect(path, readonly=not write and existed)
     created = False
     try:
@@ -415,6 +418,19 @@ def prepare(path: Path, *, create: bool, write: bool) -> None:
         raise translate(exc, path) from None
     finally:
         conn.close()
+
+
+def _create_file(path: Path) -> None:
+    """The new database file at its private mode, whatever the umask (SQLite gives its -wal
+    and -shm the database's mode, and, run as root, its owner and group)."""
+    try:
+        os.close(create_private(path, current_file_access()))
+    except FileExistsError:
+        pass  # another process made it a moment ago: the schema is made once, below
+    except OSError as exc:
+        raise _refuse(
+            path, f"it cannot be created ({exc.strerror})", "check the directory"
+        ) from None
 
 
 def _create_or_check(conn: apsw.Connection, path: Path, *, write: bool) -> bool:
