@@ -267,7 +267,7 @@ def working_directory(cwd: str | None, allowed: Iterable[str]) -> str:
         if os.path.commonpath([resolved, real_root]) == real_root:
             break
     else:
-        shown = "" if resolved == os.path.normpath(cwd) else f" (it resolves to {resolved!r})"
+        shown = "" if resolved == cwd else f" (it resolves to {resolved!r})"
         raise InvalidInput(
             f"process cwd {cwd!r} is outside the directories the service allows{shown}; "
             f"allowed: {', '.join(roots)}; use a directory inside one of them, or ask the "

@@ -199,8 +199,8 @@ class ManualFires(ServiceCore):
             except InvalidInput as exc:
                 raise InvalidInput(
                     f"the stored payload of schedule {schedule.name!r} no longer fits its "
-                    f"command (the code changed since): {exc}; delete and re-add the schedule "
-                    "with a payload that fits"
+                    f"command (the code or the service's settings changed since): {exc}; "
+                    "delete and re-add the schedule with a payload that fits"
                 ) from None
 
     @staticmethod
