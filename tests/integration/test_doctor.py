@@ -166,6 +166,11 @@ def _disk_nearly_full(site: Site) -> dict[str, Finding]:
     return site.findings(checks=[StorageDisk(lambda _: (50 * MIB, 500_000 * MIB))])
 
 
+def _world_readable_database(site: Site) -> dict[str, Finding]:
+    site.db.chmod(0o644)  # as umask 022 left it before files were made private
+    return site.findings()
+
+
 def _unknown_zone(site: Site) -> dict[str, Finding]:
     site.sql("UPDATE schedules SET timezone = 'Mars/Olympus_Mons'")
     return site.findings()
@@ -309,6 +314,7 @@ FAILURES: list[tuple[str, Breaker, Status]] = [
     ("storage.schema", _older_schema, Status.FAIL),
     ("storage.wal", _rollback_journal, Status.FAIL),
     ("storage.disk", _disk_nearly_full, Status.FAIL),
+    ("storage.file_modes", _world_readable_database, Status.FAIL),
     ("time.zones", _unknown_zone, Status.FAIL),
     ("schedule.triggers", _trigger_that_never_fires, Status.FAIL),
     ("schedule.names", _static_name_taken, Status.FAIL),

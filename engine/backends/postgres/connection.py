@@ -23,8 +23,7 @@ from urllib.parse import urlsplit
 
 from engine.backends.sql import Args, Dialect
 from engine.domain.errors import StorageError, VortosError
-from engine.domain.redact import redact_url as redact
-from engine.domain.redact import remember, scrub, scrub_echoes
+from engine.domain.redact import redact_url, remember, scrub, scrub_echoes
 
 try:  # the `postgres` extra
     import psycopg
@@ -44,6 +43,10 @@ POOL_TIMEOUT_S = 30.0
 MIGRATE_HINT = "run `vortos db migrate --db URL` to create or upgrade it"
 
 Row = tuple[Any, ...]
+
+
+# The one redactor's, under the name the PostgreSQL modules (and their users) import.
+redact = redact_url
 
 
 def application_name() -> str:
