@@ -227,12 +227,16 @@ class ProcessRunner:
             _kill_group(child)
 
         fire.on_cancel(lambda: stop("cancelled"))
+        deadline = started + limit_s
+        timed_out = f"timed out after {format_duration(round(limit_s * 1000))}"
         out, err = _read_tails(
-            child,
-            time.monotonic() + limit_s,
-            on_timeout=lambda: stop(f"timed out after {format_duration(round(limit_s * 1000))}"),
-            stopped=lambda: bool(stopped),
+            child, deadline, on_timeout=lambda: stop(timed_out), stopped=lambda: bool(stopped)
         )
+        if not stopped:  # it closed its output and may still run: the timeout holds
+            try:
+                child.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stop(timed_out)
         child.wait()
         took = format_duration(max(0, round((time.monotonic() - started) * 1000)))
         output = _tails(out, err)

@@ -39,7 +39,8 @@ PRINTF = "/usr/bin/printf"
 PRINTENV = "/usr/bin/printenv"
 SEQ = "/usr/bin/seq"
 ENV = "/usr/bin/env"
-ALLOWED = (ECHO, SLEEP, SH, PWD, PRINTF, PRINTENV, SEQ, ENV)
+YES = "/usr/bin/yes"
+ALLOWED = (ECHO, SLEEP, SH, PWD, PRINTF, PRINTENV, SEQ, ENV, YES)
 # What the tests' owner lets a payload set, and where it may run (tmp_path is under it).
 ENV_ALLOWED = ("BACKUP_TARGET", "BACKUP_LABEL")
 CWD_ALLOWED = (tempfile.gettempdir(),)
@@ -372,6 +373,21 @@ def test_a_timeout_kills_the_process_and_fails_saying_it_timed_out() -> None:
     assert took < 10
     assert str(failed).startswith("sleep timed out after 1s: killed (exit -15) after ")
     assert failed.exit_code == -signal.SIGTERM
+
+
+def test_a_program_that_closes_its_output_is_still_killed_at_its_timeout() -> None:
+    started = time.monotonic()
+    failed = _fails(SH, "-c", "exec >&- 2>&-; exec sleep 30", timeout="1s")
+    assert time.monotonic() - started < 10
+    assert str(failed).startswith("sh timed out after 1s: killed")
+
+
+def test_a_program_writing_without_end_is_kept_to_its_tail_and_killed_at_its_timeout() -> None:
+    failed = _fails(YES, "vortos", timeout="1s")
+    assert str(failed).startswith("yes timed out after 1s: killed")
+    assert failed.output is not None
+    assert failed.output.startswith(_stdout("…"))
+    assert len(failed.output) < 2 * TAIL_BYTES
 
 
 def test_a_timed_out_run_records_the_exit_code_in_its_settlement() -> None:
