@@ -26,11 +26,9 @@ class AuditTrail(ServiceCore):
         if wanted is None:
             return visible
         for chain in wanted:
-            if chain not in known:
-                raise InvalidInput(
-                    f"no audit chain {chain!r} (chains: {', '.join(visible) or 'none'})"
-                )
-            if chain not in visible:
+            # Refused before looked up, as every read: whether another tenant's chain exists
+            # is not for this actor to learn.
+            if not chain_visible(scope, chain):
                 raise PermissionDenied(
                     f"{actor} may not read audit chain {chain!r}: that needs the viewer role "
                     + (
@@ -39,7 +37,44 @@ class AuditTrail(ServiceCore):
                         else f"in tenant {chain_tenant(chain)}"
                     )
                 )
+            if chain not in known:
+                raise InvalidInput(
+                    f"no audit chain {chain!r} (chains: {', '.join(visible) or 'none'})"
+                )
         return list(dict.fromkeys(wanted))
+
+    def audit_chains_to_verify(
+        self,
+        *,
+        actor: str | None = None,
+        wanted: Sequence[str] | None = None,
+        expected: Sequence[str] = (),
+    ) -> tuple[list[str], int]:
+        """The chains a verification by `actor` checks (of `wanted`, or every one it may
+        read; each of `expected` must be readable too), and how many others exist that it
+        may not read and so does not check. A verification that could check nothing is
+        refused (PermissionDenied), never reported as intact or empty: only who may read
+        every chain learns that there is none."""
+        self.audit_chains(actor=actor, wanted=list(expected))
+        readable = self.audit_chains(actor=actor, wanted=wanted)
+        scope = self.scope(actor)
+        if wanted is not None or scope.every:
+            return readable, 0
+        known = self._storage.audit.chains()
+        if scope.empty or (known and not readable):
+            where = (
+                f"it may view {scope.describe()}, which has no audit chain yet; other chains exist"
+                if not scope.empty
+                else "it holds no role that lets it view a tenant"
+            )
+            raise PermissionDenied(
+                f"{actor} may read no audit chain here ({where}), so nothing was verified: "
+                "verifying a tenant's chain needs the viewer role in that tenant (an admin "
+                f"runs `vortos operators grant {actor} viewer --tenant T`), and every chain, "
+                "with the system chain, the viewer role in every tenant "
+                f"(`vortos operators grant {actor} viewer`)"
+            )
+        return readable, len(known) - len(readable)
 
     def audit_latest(
         self, *, actor: str | None = None, chain: str | None = None, limit: int = 20

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from engine import Engine, NotFound, Schedule, ScheduleStatus, StaleVersion, VortosError
 from engine.control import RemoteService
 from engine.domain.access import Operation
-from engine.governance.audit import ChainReport, Verification, verify
+from engine.governance.audit import Progress, Verification, verify
+
+# Entries per read in the console's verification: progress moves every page.
+VERIFY_PAGE = 2_000
 
 
 class Verb(StrEnum):
@@ -35,6 +38,20 @@ VERB_OPERATION = {
     Verb.RESUME: Operation.RESUME,
     Verb.TRIGGER: Operation.TRIGGER,
 }
+
+
+@dataclass(slots=True)
+class VerifyRun:
+    """A verification the console is running: in full or not, how far, and how to stop it."""
+
+    full: bool
+    cancel: threading.Event = field(default_factory=threading.Event)
+    checked: int = 0  # entries checked so far
+    total: int | None = None  # to check in all; None until known (never, over a socket)
+
+    @property
+    def label(self) -> str:
+        return "full verify" if self.full else "verify"
 
 
 class StaleRow(VortosError):
@@ -140,17 +157,34 @@ class ConsoleActions:
         done = service.reject(approval_id, actor=self.operator, reason=reason or "")
         return f"rejected {done.id}: {done.operation.value} of {done.tenant}/{done.schedule}"
 
-    def verify_audit(self) -> Verification:
-        """Verify the audit chains this operator may read, each from its last verification
-        (and record how far)."""
+    def verify_audit(
+        self,
+        *,
+        full: bool = False,
+        progress: Progress | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Verification:
+        """Verify the audit chains this operator may read (refused if none), each from its
+        last verification or, with `full`, from its start with its checkpoints and mark; and
+        record how far. `progress` hears entries checked / total (not through a control
+        socket, whose server verifies in one call)."""
         engine = self._service_engine()
         if isinstance(engine.service, RemoteService):
             # The key is the service account's: the control socket's server verifies.
-            reports = engine.service.audit_verify()
-            return Verification([ChainReport.from_json(r) for r in reports])
+            return engine.service.audit_verification(full=full)
         audit = engine.storage.audit
-        chains = engine.service.audit_chains(actor=self.operator)
-        return verify(audit, audit.keys(), chains=chains)
+        chains, unreadable = engine.service.audit_chains_to_verify(actor=self.operator)
+        result = verify(
+            audit,
+            audit.keys(),
+            chains=chains,
+            full=full,
+            progress=progress,
+            cancelled=cancelled,
+            page=VERIFY_PAGE,
+        )
+        result.unreadable = unreadable
+        return result
 
     def close(self) -> None:
         with self._lock:

@@ -19,11 +19,13 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.worker import get_current_worker
 
 from engine import Approval, Overview, VortosError
 from engine.domain.access import Operation
+from engine.governance.audit import VerificationCancelled, what_was_checked
 from vortos_tui.console import views as _views  # noqa: F401 - registers the built-in views
-from vortos_tui.console.actions import ScheduleRef, Verb, not_applicable
+from vortos_tui.console.actions import ScheduleRef, Verb, VerifyRun, not_applicable
 from vortos_tui.console.context import ConsoleContext
 from vortos_tui.console.decide import ConfirmDecision, Decided
 from vortos_tui.console.dialogs import Confirmed, ConfirmVerb, HelpScreen, JumpTo
@@ -68,6 +70,7 @@ class VortosConsole(App[None]):
         self.polls = 0  # reads attempted (tests wait on this)
         self.last_message: tuple[str, str] | None = None  # (severity, text) of the last verb
         self.verbs_done = 0
+        self.verify_run: VerifyRun | None = None  # the audit verification running, if any
         self._wake: asyncio.Event | None = None
         self._inflight: asyncio.Future[tuple[Overview, Any]] | None = None
         self._history: list[str] = []
@@ -336,20 +339,59 @@ class VortosConsole(App[None]):
         else:
             self.call_from_thread(self._acted, "information", message)
 
-    def verify_audit(self) -> None:
+    def verify_audit(self, full: bool = False) -> None:
+        """Verify the chains on a thread worker (incrementally, or with `full` from each
+        chain's start), its progress shown in the Audit view; `cancel_verify` stops it."""
         if self.ctx.actions is None:
             self._say("error", f"read-only console ({self.ctx.read_only_reason}): no verify")
             return
-        self._say("information", "verifying the audit chains…")
-        self.run_worker(self._verify, thread=True, group="verbs", exit_on_error=False)
+        if self.verify_run is not None:
+            self._say("warning", f"a {self.verify_run.label} is running: x cancels it")
+            return
+        run = VerifyRun(full)
+        self.verify_run = run
+        self._say(
+            "information",
+            "verifying every audit entry, checkpoint and mark…"
+            if full
+            else "verifying the audit entries since the last verification…",
+        )
+        self._verify_progressed()
+        self.run_worker(
+            partial(self._verify, run), thread=True, group="verify", exit_on_error=False
+        )
 
-    def _verify(self) -> None:
+    def cancel_verify(self) -> None:
+        run = self.verify_run
+        if run is None:
+            return
+        run.cancel.set()
+        self.verify_run = None
+        self._verify_progressed()
+        self._say("warning", f"{run.label} cancelled: what it had not reached is not verified")
+
+    def _verify(self, run: VerifyRun) -> None:
         actions = self.ctx.actions
         assert actions is not None
+        worker = get_current_worker()
+
+        def progress(checked: int, total: int) -> None:
+            run.checked, run.total = checked, total
+            if not run.cancel.is_set():
+                self.call_from_thread(self._verify_progressed)
+
+        def cancelled() -> bool:
+            return run.cancel.is_set() or worker.is_cancelled
+
         try:
-            result = actions.verify_audit()
+            result = actions.verify_audit(full=run.full, progress=progress, cancelled=cancelled)
+        except VerificationCancelled:
+            return
         except Exception as exc:  # noqa: BLE001 - reported on screen, never fatal
-            self.call_from_thread(self._acted, "error", f"verify failed: {exc}")
+            if not run.cancel.is_set():
+                self.call_from_thread(self._verified, run, "error", f"verify failed: {exc}")
+            return
+        if run.cancel.is_set():  # cancelled while the control socket's server verified
             return
         broken = [r for r in result.chains if not r.intact]
         if broken:
@@ -359,14 +401,26 @@ class VortosConsole(App[None]):
                 f"audit chain {first.chain} is BROKEN at entry {first.problem.seq}: "
                 f"{first.problem.reason}"
             )
-            self.call_from_thread(self._acted, "error", message)
+            self.call_from_thread(self._verified, run, "error", message)
             return
-        checked = sum(r.checked for r in result.chains)
+        said = what_was_checked(result, "V verifies them too")
         self.call_from_thread(
-            self._acted,
+            self._verified,
+            run,
             "information",
-            f"{len(result.chains)} audit chain(s) intact ({checked} new entries checked)",
+            f"{len(result.chains)} audit chain(s) intact: " + "; ".join(said),
         )
+
+    def _verified(self, run: VerifyRun, severity: SeverityLevel, message: str) -> None:
+        if self.verify_run is run:
+            self.verify_run = None
+        self._verify_progressed()
+        self._acted(severity, message)
+
+    def _verify_progressed(self) -> None:
+        show: Any = getattr(self.screen, "show_verify_progress", None)
+        if show is not None:
+            show()
 
     def _acted(self, severity: SeverityLevel, message: str) -> None:
         self._say(severity, message)

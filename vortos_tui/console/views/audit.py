@@ -1,5 +1,6 @@
-"""Audit: each chain's head and how far it was last verified, its newest entries, and `v` to
-verify (incrementally, as `vortos audit verify`)."""
+"""Audit: each chain's head and how far it was last verified, its newest entries, `v` to
+verify (incrementally, as `vortos audit verify`) and `V` to verify in full (as `--full`), with
+its progress; `x` cancels a verification."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from engine import AuditOverview, ChainStatus, ReadModel
+from vortos_tui.console.actions import VerifyRun
 from vortos_tui.console.context import ConsoleContext
 from vortos_tui.console.format import instant
 from vortos_tui.console.views.base import LiveView
@@ -38,9 +40,13 @@ def entry_detail(data: dict[str, Any], slot_key: str | None) -> str:
 class AuditView(LiveView):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("v", "verify", "Verify", id="verify"),
+        Binding("V", "verify_full", "Full verify", id="verify-full"),
+        Binding("x", "cancel_verify", "Cancel verify", id="verify-cancel"),
     ]
     CSS = """
     AuditView #chains { height: auto; max-height: 8; }
+    AuditView #verify-progress { height: 1; display: none; }
+    AuditView #verify-progress.running { display: block; }
     AuditView #entries { height: 1fr; }
     """
 
@@ -53,6 +59,7 @@ class AuditView(LiveView):
         for label in ("CHAIN", "ENTRIES", "LAST ENTRY", "VERIFICATION", "VERIFIED AT"):
             chains.add_column(label, key=label.lower())
         yield chains
+        yield Static(id="verify-progress")
         yield Static(id="entries-title")
         entries: PagedTable = PagedTable(cursor_type="row", zebra_stripes=True, id="entries")
         for label in ("SEQ", "AT", "EVENT", "ACTOR", "SLOT KEY / DATA"):
@@ -60,7 +67,36 @@ class AuditView(LiveView):
         yield entries
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action == "verify" and self.ctx.read_only)
+        if action in ("verify", "verify_full"):
+            return not self.ctx.read_only
+        if action == "cancel_verify":
+            return self._verification() is not None
+        return True
+
+    def binding_state(self) -> object:
+        return self._verification() is not None  # `x` shows while a verification runs
+
+    def _verification(self) -> VerifyRun | None:
+        run: Any = getattr(self.app, "verify_run", None)
+        return run if isinstance(run, VerifyRun) else None
+
+    def show_verify_progress(self) -> None:
+        """The running verification's progress under the chains (hidden when none runs)."""
+        run = self._verification()
+        line = self.query_one("#verify-progress", Static)
+        line.set_class(run is not None, "running")
+        self.recheck_bindings()
+        if run is None:
+            line.update("")
+            return
+        text = Text(f"{run.label}: ", style="bold")
+        if run.total is None:
+            text.append("the control socket's server is verifying…")
+        else:
+            share = 100 if not run.total else run.checked * 100 // run.total
+            text.append(f"{run.checked:,} / {run.total:,} entries checked ({share}%)")
+        text.append("    x cancels", style="dim")
+        line.update(text)
 
     async def load(self, model: ReadModel, now_ms: int) -> AuditOverview:
         return await model.audit(self.chain, limit=100)
@@ -109,6 +145,7 @@ class AuditView(LiveView):
             follow_top=True,
         )
         self.banners.position = f"{len(data.chains)} chain(s)"
+        self.show_verify_progress()
 
     def on_data_table_row_highlighted(self, event: PagedTable.RowHighlighted) -> None:
         if event.data_table.id != "chains" or event.row_key.value is None:
@@ -123,6 +160,16 @@ class AuditView(LiveView):
         verify: Any = getattr(self.app, "verify_audit", None)
         if verify is not None:
             verify()
+
+    async def action_verify_full(self) -> None:
+        verify: Any = getattr(self.app, "verify_audit", None)
+        if verify is not None:
+            verify(full=True)
+
+    async def action_cancel_verify(self) -> None:
+        cancel: Any = getattr(self.app, "cancel_verify", None)
+        if cancel is not None:
+            cancel()
 
 
 SPEC = register_view(
