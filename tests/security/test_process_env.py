@@ -7,7 +7,8 @@ The deployment is the README's: `vortos run --control-socket` with consumers, as
 account (root, here), whose environment holds the process allowlists, VORTOS_AUDIT_KEY and a
 database URL with a password; the operators are real Unix accounts in the socket's group, each
 with the operator role in the default tenant. Refused attempts are checked to change nothing
-stored: the schedules, the approvals and every audit chain's head are the same before and after.
+stored: the schedules, the approvals, every tenant chain's head and the attacker's audit entries
+are the same before and after.
 """
 
 from __future__ import annotations
@@ -95,15 +96,22 @@ class Site:
     def sock(self) -> Path:
         return self.served.sock
 
-    def stored(self) -> tuple[list[Any], list[Any], list[Any]]:
-        """Every schedule row, every approval, and each audit chain's head."""
+    def stored(self) -> tuple[list[Any], ...]:
+        """Every schedule row, every approval, each tenant chain's head, and every audit entry
+        the attacker made. (The system chain is left out: the service's own daemon appends to it,
+        leadership and the like, at moments of its own.)"""
         with sqlite3.connect(self.served.db) as db:
             return (
                 db.execute("SELECT * FROM schedules ORDER BY id").fetchall(),
                 db.execute("SELECT * FROM approvals ORDER BY id").fetchall(),
                 db.execute(
-                    "SELECT chain, seq, hash FROM audit_entries a WHERE seq = "
-                    "(SELECT max(seq) FROM audit_entries b WHERE b.chain = a.chain) ORDER BY chain"
+                    "SELECT chain, seq, hash FROM audit_entries a WHERE chain LIKE 'tenant:%' "
+                    "AND seq = (SELECT max(seq) FROM audit_entries b WHERE b.chain = a.chain) "
+                    "ORDER BY chain"
+                ).fetchall(),
+                db.execute(
+                    "SELECT chain, seq FROM audit_entries WHERE actor = ? ORDER BY chain, seq",
+                    (self.attacker,),
                 ).fetchall(),
             )
 
