@@ -431,3 +431,24 @@ def test_an_account_with_no_role_reading_the_file_directly_is_refused(
     assert_refused_without_a_claim(done, ops.carol)
     full = governed.as_account(ops.carol, "audit", "verify", "--full", socket_on=False)
     assert_refused_without_a_claim(full, ops.carol)
+
+
+def test_what_was_trusted_travels_over_the_socket(governed: Deployment, ops: Accounts) -> None:
+    """The server verifies (it holds the key); the operator is told the same facts."""
+    first = governed.as_account(ops.alice, "audit", "verify", "--chain", B, "--json")
+    assert first.returncode == 0, first.stderr
+    again = governed.as_account(ops.alice, "audit", "verify", "--chain", B, "--json")
+    (report,) = json.loads(again.stdout)
+    assert (report["mode"], report["trusted_through"], report["checked"]) == (
+        "incremental",
+        ENTRIES,
+        0,
+    )
+    assert isinstance(report["mark_at"], int)
+    assert f"{B} entries 1..{ENTRIES} (mark of " in again.stderr
+    full = governed.as_account(ops.alice, "audit", "verify", "--chain", B, "--full", "--json")
+    (report,) = json.loads(full.stdout)
+    assert (report["mode"], report["trusted_through"], report["checked"]) == ("full", 0, ENTRIES)
+    broken = governed.as_account(ops.alice, "audit", "verify", "--full")
+    assert broken.returncode == 1
+    assert f"audit chain {A} is broken at entry 3" in broken.stderr
