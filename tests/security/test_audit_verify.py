@@ -408,7 +408,7 @@ def test_an_account_with_no_role_is_refused_through_the_socket_on_a_tampered_dat
     assert "may not read audit chain" in named.stderr
 
 
-def test_a_tenant_viewer_verifies_its_chain_and_is_told_what_it_did_not_check(
+def test_a_tenant_viewer_verifies_its_own_chain_and_is_refused_every_other(
     governed: Deployment, ops: Accounts
 ) -> None:
     found = governed.as_account(ops.bob, "audit", "verify", "--full")
