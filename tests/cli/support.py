@@ -45,11 +45,16 @@ def checkpoint(path: Path) -> None:
 
 def copy_database(source: Path, target: Path) -> Path:
     """A byte copy of a checkpointed database file (see `checkpoint`), with its audit key
-    beside it, as a backup restores both."""
-    target.write_bytes(source.read_bytes())
+    beside it, as a backup restores both: private, as Vortos makes them (a looser copy
+    would be tightened, and said so, by the next `vortos run`)."""
+    copies = [(source, target)]
     key = default_key_file(source)
     if key.exists():
-        default_key_file(target).write_bytes(key.read_bytes())
+        copies.append((key, default_key_file(target)))
+    for original, copy in copies:
+        copy.touch(mode=0o600)
+        copy.chmod(0o600)
+        copy.write_bytes(original.read_bytes())
     return target
 
 
