@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import grp
 import logging
 import os
 import pwd
@@ -52,6 +51,7 @@ from engine.domain.approvals import ApprovalRequired
 from engine.domain.audit import KeyRing, parse_point
 from engine.domain.errors import InvalidInput, StorageError, VortosError
 from engine.domain.schedule import Schedule
+from engine.file_modes import group_id
 from engine.governance.audit import verify
 from engine.governance.doctor import Report
 from engine.ports.audit import AuditLog
@@ -441,7 +441,7 @@ class ControlServer:
         self.keys = keys
         self.read_model = read_model
         self.doctor = doctor
-        gid = _group_id(group)
+        gid = None if group is None else group_id(group)
         _clear_stale(self.path)
         self._server = _UnixServer(str(self.path), self)
         # Bind under a umask that already gives 0660, so there is no moment in which the
@@ -489,18 +489,6 @@ class ControlServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _group_id(group: str | None) -> int | None:
-    if group is None:
-        return None
-    try:
-        return grp.getgrnam(group).gr_gid
-    except KeyError:
-        raise InvalidInput(
-            f"no group {group!r} on this host: create it (`groupadd {group}`) and add the "
-            "operators to it, or name another with --control-group"
-        ) from None
 
 
 def _clear_stale(path: Path) -> None:

@@ -67,7 +67,6 @@ class CliState:
             self._commands.protect(self.settings.sensitive_commands)
         return self._commands
 
-
     def process_allowlist(self) -> ProcessAllowlist:
         """What a process payload may name: the executables of VORTOS_PROCESS_ALLOW and
         --allow-exec, and the settings process_env_allow and process_cwd_allow. A control
