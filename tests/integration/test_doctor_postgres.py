@@ -70,6 +70,7 @@ class PgSite:
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[PgSite]:
     key_file = tmp_path / "audit-key"
+    key_file.touch(mode=0o600)  # the service account's alone, as doctor's storage.file_modes asks
     key_file.write_text(PG_AUDIT_KEY + "\n")
     keys = KeyRing([PG_AUDIT_KEY.encode()])
     clock = ManualClock(T0)
