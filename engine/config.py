@@ -331,7 +331,7 @@ def load_settings(
     path = config_file(config, environment)
     plugin_options: dict[str, Mapping[str, Any]] = {}
     if path is not None:
-        table = _read_file(path, config is not None or CONFIG_ENV in environment)
+        table = _read_file(path, config is not None or CONFIG_ENV in environment, problems)
         plugin_options = _plugin_tables(path, table.pop(PLUGIN_TABLE, {}), problems)
         for name, raw in table.items():
             setting = BY_NAME.get(name)
@@ -375,14 +375,18 @@ def _take(
         problems.append(f"{source}={given!r} is refused: {setting.name} must be {exc}")
 
 
-def _read_file(path: Path, required: bool) -> dict[str, Any]:
+def _read_file(path: Path, required: bool, problems: list[str]) -> dict[str, Any]:
     if not path.is_file():
         if required:
             raise InvalidInput(f"config file {path} does not exist")
         return {}
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
+        text = path.read_bytes().decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"config file {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"config file {path} is not valid TOML: {exc}") from None
     except OSError as exc:
@@ -391,6 +395,16 @@ def _read_file(path: Path, required: bool) -> dict[str, Any]:
     table = data.get("vortos", data)
     if not isinstance(table, dict):
         raise InvalidInput(f"config file {path}: [vortos] must be a table")
+    # Beside a [vortos] table a top-level key would be silently ignored (a setting the user
+    # believes in, or a typo nobody hears of): refused, with the table's own problems.
+    stray = [k for k in data if table is not data and k not in ("vortos", PLUGIN_TABLE)]
+    if stray:
+        problems.append(
+            f"{path}: top-level {'key' if len(stray) == 1 else 'keys'} "
+            f"{', '.join(map(repr, stray))} beside the [vortos] table: move "
+            f"{'it' if len(stray) == 1 else 'them'} into [vortos] (or drop the [vortos] line "
+            "and keep every key at the top)"
+        )
     # [plugin.<name>] tables beside a [vortos] table are the plug-ins' options, as they are
     # beside top-level keys: dropping them would silently start plug-ins without them.
     if table is not data and PLUGIN_TABLE in data:

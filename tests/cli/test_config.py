@@ -70,6 +70,17 @@ BAD: list[tuple[dict[str, str], str | None, list[str]]] = [
     ({}, 'leese_ttl = "5s"\n', ["unknown setting 'leese_ttl'", "known: "]),
     ({}, "lease_ttl = [1, 2\n", ["is not valid TOML"]),
     ({"VORTOS_LEASE_TTL": "abc", "VORTOS_GRACE": "-1"}, None, ["lease_ttl", "grace"]),
+    # A top-level key beside [vortos] was silently ignored: a setting not in force, or a typo.
+    (
+        {},
+        'sensitive_commands = ["process"]\n[vortos]\nlease_ttl = "20s"\n',
+        ["top-level key 'sensitive_commands' beside the [vortos] table", "move it into [vortos]"],
+    ),
+    (
+        {},
+        'leese_ttl = "5s"\nx = 1\n[vortos]\nconsumers = "x"\n',
+        ["top-level keys 'leese_ttl', 'x' beside the [vortos]", "consumers must be an integer"],
+    ),
 ]
 
 
@@ -90,6 +101,29 @@ def test_a_bad_setting_is_refused_by_name_and_value_and_nothing_is_touched(
             assert message in result.stderr, (command, result.stderr)
         assert "Traceback" not in result.stderr
         assert not db.exists(), "a refused setting must not create or open the database"
+
+
+def test_a_config_file_that_is_not_utf8_is_refused_clearly_and_nothing_is_touched(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "vortos.db"
+    config = tmp_path / "vortos.toml"
+    config.write_bytes(b"\xff\xfel\x00e\x00a\x00s\x00e\x00 = 1\n")  # UTF-16, as Notepad saves
+    result = run_cli("--config", str(config), "schedule", "list", db=db)
+    assert result.code == 2, result
+    assert (
+        result.stderr.strip()
+        == f"error: config file {config} is not UTF-8 text (byte 0): save it as UTF-8"
+    )
+    assert not db.exists()
+
+
+def test_plugin_tables_beside_a_vortos_table_are_not_stray_keys(tmp_path: Path) -> None:
+    config = tmp_path / "vortos.toml"
+    config.write_text('[vortos]\nlease_ttl = "20s"\n[plugin.filelock]\npath = "/tmp/x"\n')
+    result = run_cli("--config", str(config), "config", "show", "--json")
+    assert result.code == 0, result.stderr
+    assert shown(result.stdout)["lease_ttl"] == {"value": 20_000, "source": str(config)}
 
 
 def test_a_missing_named_config_file_is_refused(tmp_path: Path) -> None:
