@@ -21,6 +21,7 @@ from engine.domain.audit import (
     KeyRing,
     VerificationMark,
     checkpoint_message,
+    entry_message,
     parse_point,
 )
 from engine.domain.errors import VortosError
@@ -55,6 +56,8 @@ class ChainReport:
     # When the signed mark trusted for entries 1..resumed_from was made (None: none trusted).
     mark_at: int | None = None
     checkpoints_checked: int = 0  # signed checkpoints compared with their entries now
+    # The walk found an entry broken: the last entry it verified before it (not reported).
+    verified_to: ChainPoint | None = None
 
     @property
     def intact(self) -> bool:
@@ -144,10 +147,28 @@ def judge_mark(
         )
     if mark.seq == 0:
         return None if mark.hash == GENESIS else ChainProblem(1, "the verification mark is bad")
-    found = log.entries(mark.chain, after_seq=mark.seq - 1, limit=1)
-    if not found or found[0].seq != mark.seq or found[0].hash != mark.hash:
+    if not _still_there(log, keys, mark.chain, mark.point):
         return ChainProblem(mark.seq, "the entry verified last time has changed since (rewritten)")
     return None
+
+
+def _signed(keys: KeyRing, mark: VerificationMark) -> bool:
+    message = checkpoint_message(mark.chain, mark.seq, mark.hash)
+    return bool(keys.valid(message, mark.key_id, mark.signature))
+
+
+def _still_there(log: AuditLog, keys: KeyRing, chain: str, point: ChainPoint) -> bool:
+    """The entry at `point` is there and is itself: its stored hash is `point`'s, and its
+    content still hashes to it under a valid signature (an edit that kept the hash column is
+    an edit)."""
+    found = log.entries(chain, after_seq=point.seq - 1, limit=1)
+    if not found or found[0].seq != point.seq or found[0].hash != point.hash:
+        return False
+    entry = found[0]
+    digest = entry.computed_hash()
+    return digest == entry.hash and bool(
+        keys.valid(entry_message(chain, entry.seq, digest), entry.key_id, entry.signature)
+    )
 
 
 @dataclass(slots=True)
@@ -226,6 +247,8 @@ def _walk_plan(
         after = entries[-1].seq
     report.checked = walk.checked
     report.problem = walk.problem
+    if walk.problem is not None:
+        report.verified_to = walk.at
     if report.problem is None and walk.at != head:
         report.problem = ChainProblem(walk.at.seq + 1, "the chain ends before its head")
     if report.problem is None:
@@ -235,7 +258,7 @@ def _walk_plan(
     if report.problem is None and plan.mark is not None and report.mode is VerifyMode.FULL:
         report.problem = judge_mark(log, keys, head, plan.mark)
     if report.problem is None and expect is not None:
-        report.problem = _against_expected(log, chain, head, expect)
+        report.problem = _against_expected(log, keys, chain, head, expect)
     return report
 
 
@@ -299,7 +322,7 @@ def verify_chain(
 
 
 def _against_expected(
-    log: AuditLog, chain: str, head: ChainPoint, expect: ChainPoint
+    log: AuditLog, keys: KeyRing, chain: str, head: ChainPoint, expect: ChainPoint
 ) -> ChainProblem | None:
     if expect.seq > head.seq:
         return ChainProblem(
@@ -309,8 +332,7 @@ def _against_expected(
         )
     if expect.seq == 0:
         return None
-    found = log.entries(chain, after_seq=expect.seq - 1, limit=1)
-    if not found or found[0].hash != expect.hash:
+    if not _still_there(log, keys, chain, expect):
         return ChainProblem(expect.seq, "the entry at the head recorded earlier has changed")
     return None
 
@@ -345,6 +367,18 @@ def verify(
         result.chains.append(report)
         if record and report.intact and report.head.seq > 0:
             log.mark_verified(chain, report.head)
+        elif (
+            record
+            and report.verified_to is not None
+            and plan.mark is not None
+            and report.verified_to.seq < plan.mark.seq
+            and _signed(keys, plan.mark)
+        ):
+            # A break found below a genuine mark: the mark no longer vouches for the entries
+            # it covered. Move it back to the last entry verified now, so that an incremental
+            # verify after this one finds the break again instead of trusting it. (A forged
+            # mark stays, and stays reported.)
+            log.mark_verified(chain, report.verified_to)
     return result
 
 

@@ -318,6 +318,45 @@ def test_an_edit_before_the_mark_is_trusted_by_incremental_which_says_so_and_ful
     assert_broken(verify(audited, "--full"), A, 5, "content does not match its hash")
 
 
+def test_an_edit_of_the_marked_entry_that_keeps_its_hash_is_found_by_incremental(
+    audited: Path,
+) -> None:
+    """The attacker's B1: the head entry's content edited, its hash column kept. The mark
+    names the entry by its hash; the entry must still hash to it."""
+    verified_once(audited)
+    tamper(
+        audited,
+        f"UPDATE audit_entries SET data = '{{\"count\": 2}}' WHERE chain = '{A}' "
+        f"AND seq = {ENTRIES}",
+    )
+    assert_broken(verify(audited), A, ENTRIES, "changed since (rewritten)")
+    assert_broken(verify(audited), A, ENTRIES, "changed since (rewritten)")  # no new mark
+
+
+def test_an_edit_of_the_expected_head_entry_that_keeps_its_hash_is_found(audited: Path) -> None:
+    """--expect-head must find its entry unchanged by content, not by the hash column: the
+    kept head is below the mark, so only the expectation looks at it."""
+    kept = f"{A}=10:{entry_hash(audited, A, 10)}"
+    verified_once(audited)  # the mark is at the head, above the kept entry
+    tamper(audited, f"UPDATE audit_entries SET actor = 'mallory' WHERE chain = '{A}' AND seq = 10")
+    broken = run_cli("audit", "verify", "--chain", A, "--expect-head", kept, db=audited)
+    assert_broken(broken, A, 10, "the entry at the head recorded earlier has changed")
+
+
+def test_an_incremental_verify_after_a_full_one_found_a_break_finds_it_again(
+    audited: Path,
+) -> None:
+    """The attacker's U2: a full verify finds an edit below the mark; the mark must not go on
+    vouching for it, so the next incremental verify reports the break too."""
+    verified_once(audited)
+    tamper(audited, f"UPDATE audit_entries SET actor = 'mallory' WHERE chain = '{A}' AND seq = 5")
+    assert_broken(verify(audited, "--full"), A, 5, "content does not match its hash")
+    assert_broken(verify(audited), A, 5, "content does not match its hash")
+    (report,) = json.loads(verify(audited, "--json", "--chain", A).stdout)
+    assert report["intact"] is False
+    assert report["trusted_through"] == 4  # what was verified good, no more
+
+
 # -- --expect-head with an export -----------------------------------------------------------------
 
 
