@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.commands.process_env import parse_cwd_allow, parse_env_allow
-from engine.domain.database import Database, parse_database
+from engine.domain.database import Database, parse_database, unambiguous_url
 from engine.domain.database import shown as shown_db
 from engine.domain.errors import InvalidInput
 from engine.domain.redact import redact_url, remember
@@ -52,7 +52,7 @@ def _redis_url(value: Any) -> str:
     text = _text(value)
     if not text.startswith(("redis://", "rediss://", "unix://")):
         raise ValueError("a redis://host:port/db (or rediss://, unix://) URL")
-    return text
+    return unambiguous_url(text)
 
 
 def _duration(low_ms: int, high_ms: int) -> Parser:
@@ -345,13 +345,33 @@ def load_settings(
         if raw is not None and raw != "":
             _take(setting, raw, setting.env, values, problems)
     for name, value in (flags or {}).items():
-        values[name] = Value(value, "--" + name.replace("_", "-"))
+        if BY_NAME[name].secret and isinstance(value, str):
+            # A URL flag (--db) is checked as its variable is: a keyword string or an ambiguous
+            # URL would otherwise reach a driver that echoes its password.
+            _take(BY_NAME[name], value, _flag(name), values, problems)
+        else:
+            values[name] = Value(value, _flag(name))
     for setting in SETTINGS:
         if setting.secret and isinstance(values[setting.name].value, str):
             remember(values[setting.name].value)  # scrubbed from any message, whatever prints it
     if problems:
         raise InvalidInput("; ".join(problems))
     return Settings(values, plugin_options)
+
+
+def parse_option(name: str, raw: Any) -> Any:
+    """A command's own option for setting `name` (such as run's --redis-url), checked and
+    refused as the setting is."""
+    values: dict[str, Value] = {}
+    problems: list[str] = []
+    _take(BY_NAME[name], raw, _flag(name), values, problems)
+    if problems:
+        raise InvalidInput("; ".join(problems))
+    return values[name].value
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def _plugin_tables(path: Path, raw: Any, problems: list[str]) -> dict[str, Mapping[str, Any]]:

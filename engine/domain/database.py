@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.domain.redact import redact_url
+from engine.domain.redact import redact_url, url_userinfo
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -33,7 +33,25 @@ def parse_database(text: str | Path) -> Database:
             "as postgresql://user:password@host:port/database (for a file of that name, "
             "start it with ./)"
         )
-    return value if is_postgres_url(value) else Path(value)
+    return unambiguous_url(value) if is_postgres_url(value) else Path(value)
+
+
+# In a URL's user or password these end it early or split it: each driver then reads another
+# host out of it, and quotes in its complaint the pieces it could not parse (password included).
+_AMBIGUOUS_IN_USERINFO = "@#/?"
+
+
+def unambiguous_url(url: str) -> str:
+    """`url` (a database's or Redis server's), refused with ValueError when its host cannot be
+    told from its password: an `@`, `#`, `/` or `?` not percent-encoded before the host. The
+    message never holds the password (the caller shows the URL through redact_url)."""
+    userinfo = url_userinfo(url)
+    if userinfo is not None and any(c in userinfo for c in _AMBIGUOUS_IN_USERINFO):
+        raise ValueError(
+            "a URL whose user and password percent-encode @ as %40, : as %3A, # as %23, / as "
+            "%2F and ? as %3F (in this one the host cannot be told from the password)"
+        )
+    return url
 
 
 # A libpq keyword string (`host=db dbname=vortos password=...`): not a database Vortos takes.

@@ -92,6 +92,17 @@ def url_secrets(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v for v in (*values, *decoded) if v))
 
 
+def url_userinfo(text: str) -> str | None:
+    """The userinfo (`user:password`) of a URL as the redactor reads it, up to its last `@`
+    before the query; None for a URL without one, or a text that is no URL."""
+    found = _SCHEME.match(text)
+    if found is None:
+        return None
+    rest = text[found.end() :]
+    cut = _userinfo_end(rest)
+    return rest[:cut] if cut >= 0 else None
+
+
 def scrub(text: str, urls: Iterable[str] = ()) -> str:
     """Free text (an error message, a log line) with every URL in it redacted, and every secret
     of `urls` and of the URLs remembered by `remember` replaced by ***."""

@@ -172,3 +172,38 @@ def test_a_libpq_keyword_string_is_refused_without_showing_its_password() -> Non
         parse_database("host=db dbname=v password=hunter2")
     assert "hunter2" not in str(refused.value)
     assert str(parse_database("./host=db")) == "host=db"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:Qz@Xk:J9w@127.0.0.1:5432/test",  # two `@`: which one ends the password?
+        "postgresql://me@corp:Qz@h/db",
+        "postgresql://app:Qz#Jx@127.0.0.1/test",  # a `#` before the host: a fragment, or not?
+        "postgresql://app:Qz/Jx@127.0.0.1/test",  # a `/` ends the authority
+        "postgresql://app:Qz?Jx@127.0.0.1/test",
+        "postgres://app:Qz/Jx?Vk@127.0.0.1/test",
+    ],
+)
+def test_a_url_whose_host_cannot_be_told_from_its_password_is_refused_unshown(url: str) -> None:
+    """A driver handed such a URL reads a piece of the password as the host or port, and
+    quotes it in its complaint: the URL is refused before any driver sees it."""
+    with pytest.raises(ValueError, match="percent-encode @ as %40") as refused:
+        parse_database(url)
+    for piece in ("Qz", "Xk", "J9w", "Jx", "Vk"):
+        assert piece not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:Qz%40Xk%3AJ9w%23%2F@127.0.0.1:5432/test",
+        "postgresql://app:pass:word@127.0.0.1/test",  # a `:` in the password is unambiguous
+        "postgresql://h1:5432,h2:5433/db?application_name=a@b&target_session_attrs=any",
+        "postgresql:///db?host=/tmp&user=me@corp&password=Qz@Xk",
+        "postgresql://u@[::1]:5432/db",
+        "postgresql://%2Fvar%2Frun%2Fpostgresql/db",
+    ],
+)
+def test_an_unambiguous_url_is_taken_as_it_is(url: str) -> None:
+    assert parse_database(url) == url

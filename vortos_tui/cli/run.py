@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from engine.api import Engine, default_node_id
+from engine.config import parse_option
 from engine.domain.approvals import approval_ttl_ms
 from engine.domain.database import is_postgres_url, shown
 from engine.domain.errors import AuditKeyMissing, InvalidInput
@@ -360,8 +361,13 @@ def _options(ctx: typer.Context) -> _Options:
         log_level=configured(ctx, "log_level"),
         shards=_shards(ctx, configured(ctx, "shards")),
         lease_driver=configured(ctx, "lease_driver"),
-        redis_url=configured(ctx, "redis_url"),
+        redis_url=_redis_url(configured(ctx, "redis_url")),
     )
+
+
+def _redis_url(given: str | None) -> str | None:
+    # --redis-url is checked as VORTOS_REDIS_URL is: an ambiguous URL's driver echoes its password.
+    return None if given is None else parse_option("redis_url", given)
 
 
 def _shards(ctx: typer.Context, shards: int) -> int:

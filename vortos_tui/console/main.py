@@ -14,6 +14,7 @@ import typer
 from engine import DEFAULT_DB, InvalidInput
 from engine.api import default_node_id
 from engine.domain.database import parse_database
+from engine.domain.redact import redact_url
 from engine.domain.timeutil import format_duration, parse_duration, zone
 from engine.runtime.daemon import MIN_LEASE_TTL_MS
 from vortos_tui.cli.context import CliState
@@ -182,7 +183,7 @@ def console(
         try:
             cli.db = parse_database(db_path)
         except ValueError as exc:
-            raise InvalidInput(f"--db {db_path!r}: {exc}") from None
+            raise InvalidInput(f"--db {redact_url(db_path)!r}: {exc}") from None
     if app_modules is not None:
         cli.app = app_modules
     cli.allow_exec += list(allow_exec or [])
