@@ -51,6 +51,7 @@ class GatedOperation(StrEnum):
     TRIGGER = "trigger"
     BACKFILL = "backfill"
     DELETE = "delete"  # else delete-and-recreate without the flag would step around the gate
+    REQUEUE = "requeue"  # a dead letter run again is one more execution an operator chose
 
 
 @dataclass(frozen=True, slots=True)

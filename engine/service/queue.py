@@ -6,12 +6,18 @@ import logging
 from collections.abc import Sequence
 
 from engine.domain.access import Operation
+from engine.domain.approvals import Approval, GatedOperation
 from engine.domain.audit import AuditEvent
 from engine.domain.errors import InvalidInput, NotFound
 from engine.ports.fire_queue import Fire, FireQuery, FireState
 from engine.service.core import ServiceCore
 
 log = logging.getLogger("vortos.service")
+
+
+def _ids(runs: Sequence[int]) -> str:
+    return ", ".join(str(r) for r in sorted(runs))
+
 
 DEAD_LETTER_PAGE_MAX = 10_000
 
@@ -40,10 +46,13 @@ class DeadLetters(ServiceCore):
         runs go back to `dispatched`, their counters stay."""
         self._authorize(actor, Operation.REQUEUE, tenant)
         self._check_dead(run_ids, tenant)
+        approval, chosen = self._requeue_approval(run_ids, actor=actor, tenant=tenant)
+        if chosen is not None and not chosen:
+            return 0  # "all" of none: nothing to change, nothing to record
         with self._changing(actor, Operation.REQUEUE, tenant):
-            count = self._storage.fire_queue.requeue(
-                run_ids, at=self._clock.now_ms(), tenant=tenant
-            )
+            if approval is not None:
+                self.four_eyes.consume(actor, approval)
+            count = self._storage.fire_queue.requeue(chosen, at=self._clock.now_ms(), tenant=tenant)
             self._record_queue("queue.requeued", actor, run_ids, tenant, count)
         log.info("%d dead letter(s) requeued by %s", count, actor)
         return count
@@ -57,6 +66,59 @@ class DeadLetters(ServiceCore):
             self._record_queue("queue.purged", actor, run_ids, tenant, count)
         log.info("%d dead letter(s) purged by %s", count, actor)
         return count
+
+    def _requeue_approval(
+        self, run_ids: Sequence[int] | None, *, actor: str, tenant: str | None
+    ) -> tuple[Approval | None, Sequence[int] | None]:
+        """Running a protected schedule's dead letter again is one more execution of what
+        four-eyes protects: it needs an approval, for exactly these runs of one schedule.
+        Returns the approval to consume and the runs to requeue: with access control, "all"
+        becomes the dead letters checked here, so one that arrives meanwhile is not among
+        them unchecked."""
+        if self.access is None:
+            return None, run_ids
+        dead = self._storage.fire_queue.read(
+            FireQuery(
+                tenant=tenant,
+                run_ids=None if run_ids is None else tuple(run_ids),
+                states=frozenset({FireState.DISCARDED}),
+                limit=DEAD_LETTER_PAGE_MAX + 1 if run_ids is None else len(run_ids),
+            )
+        )
+        if len(dead) > DEAD_LETTER_PAGE_MAX:
+            raise InvalidInput(
+                f"there are more than {DEAD_LETTER_PAGE_MAX} dead letters: requeue them by id, "
+                f"at most {DEAD_LETTER_PAGE_MAX} at a time (`vortos queue list` shows them)"
+            )
+        chosen = [fire.run_id for fire in dead] if run_ids is None else run_ids
+        protected: dict[tuple[str, str], list[int]] = {}
+        reasons: dict[tuple[str, str], str] = {}
+        for fire in dead:
+            schedule = self._storage.schedules.get(fire.schedule_id, fire.tenant)
+            why = self.protection(schedule is not None and schedule.sensitive, fire.command)
+            if why is not None:
+                key = (fire.tenant, fire.schedule_name)
+                protected.setdefault(key, []).append(fire.run_id)
+                reasons[key] = why
+        if not protected:
+            return None, chosen
+        named = ", ".join(f"{t}/{n} (runs {_ids(r)})" for (t, n), r in sorted(protected.items()))
+        if run_ids is None or len(protected) > 1:
+            raise InvalidInput(
+                f"dead letters of sensitive schedules are among these: {named}; requeue them "
+                "by id, one schedule at a time (`vortos queue requeue ID...`), as each needs a "
+                "second operator's approval"
+            )
+        ((owner, name),) = protected
+        approval = self.four_eyes.check(
+            actor,
+            GatedOperation.REQUEUE,
+            owner,
+            name,
+            {"runs": sorted(run_ids)},
+            why=reasons[owner, name],
+        )
+        return approval, chosen
 
     def _record_queue(
         self,

@@ -24,7 +24,9 @@ from engine.commands.decorators import command_of
 from engine.domain.access import Role
 from engine.domain.approvals import ApprovalRequired, ApprovalState
 from engine.domain.errors import InvalidInput
+from engine.domain.run import RunState
 from engine.domain.timeutil import HOUR_MS
+from engine.ports.fire_queue import Outcome, Settlement
 from tests.conftest import T0, run_cli
 
 
@@ -164,3 +166,53 @@ def test_a_trigger_from_a_process_without_the_app_still_waits(
     result = run_cli("schedule", "trigger", "pay", "--tenant", "acme", db=db)
     assert result.code == 6, result.stderr
     assert "needs a second operator's approval" in result.stderr
+
+
+# -- requeue: one more execution of what is protected --------------------------------------------
+
+
+def dead_letter(engine: Engine, name: str) -> int:
+    """A run of `name` dead-lettered (by trusted code: triggered, claimed, discarded)."""
+    run = engine.service.trigger(name, actor="setup", tenant="acme")
+    claim = engine.storage.fire_queue.claim(consumer="c", ttl_ms=60_000, limit=10)
+    engine.storage.fire_queue.settle(
+        claim.token, "c", [Settlement(run.id, Outcome.DISCARD, RunState.DEAD_LETTERED)]
+    )
+    return run.id
+
+
+@pytest.fixture
+def dead(tmp_path: Path, clock: ManualClock) -> Iterator[tuple[Engine, int, int]]:
+    db = tmp_path / "vortos.db"
+    with open_engine(db, clock=clock, commands=registry()) as trusted:
+        trusted.service.create(spec("pay"), actor="setup")  # runs a sensitive command
+        trusted.service.create(spec("report", "noop"), actor="setup")
+        pay, report = dead_letter(trusted, "pay"), dead_letter(trusted, "report")
+    with open_engine(db, clock=clock, enforce=True, commands=registry()) as engine:
+        engine.service.grant_role("olga", Role.OPERATOR, actor="admin")
+        engine.service.grant_role("bea", Role.APPROVER, actor="admin")
+        yield engine, pay, report
+
+
+def test_requeueing_a_protected_dead_letter_needs_an_approval(
+    dead: tuple[Engine, int, int],
+) -> None:
+    engine, pay, report = dead
+    assert engine.service.requeue([report], actor="olga", tenant="acme") == 1  # not protected
+    asked = waits(lambda: engine.service.requeue([pay], actor="olga", tenant="acme"))
+    assert [f.run_id for f in engine.service.dead_letters(tenant="acme", actor="olga")] == [pay]
+    engine.service.approve(asked, actor="bea")
+    assert engine.service.requeue([pay], actor="olga", tenant="acme") == 1
+    assert engine.service.dead_letters(tenant="acme", actor="olga") == []
+
+
+def test_requeue_all_refuses_to_carry_a_protected_dead_letter_along(
+    dead: tuple[Engine, int, int],
+) -> None:
+    engine, pay, report = dead
+    with pytest.raises(InvalidInput, match=rf"acme/pay \(runs {pay}\); requeue them by id"):
+        engine.service.requeue(None, actor="olga", tenant="acme")
+    assert {f.run_id for f in engine.service.dead_letters(tenant="acme", actor="olga")} == {
+        pay,
+        report,
+    }

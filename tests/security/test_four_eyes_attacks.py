@@ -20,7 +20,9 @@ from engine import Engine, IntervalTrigger, RunKind, ScheduleSpec
 from engine.domain.access import Grant, Role
 from engine.domain.approvals import ApprovalState
 from engine.domain.audit import tenant_chain
+from engine.domain.run import RunState
 from engine.domain.timeutil import HOUR_MS
+from engine.ports.fire_queue import Outcome, Settlement
 from engine.ports.runs import RunQuery
 from tests.security.deployment import Accounts, Deployment, accounts, deployment, needs_root
 from tests.security.deployment import request_id as pending_id
@@ -65,6 +67,13 @@ def _seed(made: Accounts) -> object:
                 ),
                 actor="root",
             )
+        # A dead letter of payroll and one of report (triggered, claimed, discarded).
+        for name in ("payroll", "report"):
+            run = trusted.service.trigger(name, actor="root", tenant="acme")
+            claim = trusted.storage.fire_queue.claim(consumer="seed", ttl_ms=60_000, limit=10)
+            trusted.storage.fire_queue.settle(
+                claim.token, "seed", [Settlement(run.id, Outcome.DISCARD, RunState.DEAD_LETTERED)]
+            )
 
     return seed
 
@@ -93,9 +102,17 @@ def _state(site: Deployment) -> dict[str, tuple[str, int, bool, str]]:
 
 
 def _manual_runs(site: Deployment, name: str) -> int:
+    """Manual runs of `name`, but for the dead letter seeded."""
     with site.trusted() as engine:
         runs = engine.storage.runs.query(RunQuery(tenant="acme", limit=1000))
-    return sum(1 for r in runs if r.kind is RunKind.MANUAL and r.schedule_name == name)
+    seeded = 1 if name in ("payroll", "report") else 0
+    return sum(1 for r in runs if r.kind is RunKind.MANUAL and r.schedule_name == name) - seeded
+
+
+def _dead_letters(site: Deployment) -> dict[str, int]:
+    with site.trusted() as engine:
+        dead = engine.service.dead_letters(tenant="acme")
+    return {f.schedule_name: f.run_id for f in dead}
 
 
 def _events(site: Deployment) -> list[str]:
@@ -392,4 +409,29 @@ def test_a_sensitive_every_edit_without_start_completes_once_after_approval(
         trigger = engine.service.get("flagged", tenant="acme").trigger
     assert isinstance(trigger, IntervalTrigger)
     assert trigger.every_ms == 2 * HOUR_MS
+    assert _approval(site, asked) is ApprovalState.CONSUMED
+
+
+# -- requeue --------------------------------------------------------------------------------------
+
+
+def test_requeueing_a_sensitive_dead_letter_needs_an_approval(site: Deployment) -> None:
+    """The attacker's U1: a failed run of a protected schedule, requeued by one operator as
+    often as it fails, is an execution nobody approved."""
+    dead = _dead_letters(site)
+    alice = site.accounts.alice
+    everything = site.as_account(alice, "queue", "requeue", "--all", "--tenant", "acme")
+    assert everything.returncode == 2, everything.stderr
+    assert "requeue them by id" in everything.stderr
+    assert _dead_letters(site) == dead
+    plain = site.as_account(alice, "queue", "requeue", str(dead["report"]), "--tenant", "acme")
+    assert plain.returncode == 0, plain.stderr
+    asked = _refused_pending(
+        site, alice, "queue", "requeue", str(dead["payroll"]), "--tenant", "acme"
+    )
+    assert _dead_letters(site) == {"payroll": dead["payroll"]}
+    _approve(site, asked)
+    done = site.as_account(alice, "queue", "requeue", str(dead["payroll"]), "--tenant", "acme")
+    assert done.returncode == 0, done.stderr
+    assert _dead_letters(site) == {}
     assert _approval(site, asked) is ApprovalState.CONSUMED
