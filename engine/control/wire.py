@@ -40,12 +40,26 @@ def decode(line: bytes) -> dict[str, Any]:
     if len(line) > MAX_LINE:
         raise ProtocolError(f"a message of more than {MAX_LINE} bytes")
     try:
-        value = json.loads(line)
+        value = json.loads(line, object_pairs_hook=_once_each)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"not JSON: {exc}") from None
+    except RecursionError:
+        # json's own guard: a request nested about 1000 deep (a payload may hold 64 levels).
+        raise ProtocolError("a message nested too deep") from None
     if not isinstance(value, dict):
         raise ProtocolError("not a JSON object")
     return value
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A repeated key would silently take its last value: what a reader and the server see
+    # must be the same.
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ProtocolError(f"a message with the key {json.dumps(key)} twice")
+        found[key] = value
+    return found
 
 
 # -- schedule specs -----------------------------------------------------------------------------

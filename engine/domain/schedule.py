@@ -21,6 +21,7 @@ META_MAX_ENTRIES = 64
 META_KEY_MAX = 64
 META_VALUE_MAX = 1024
 PAYLOAD_MAX_BYTES = 64 * 1024
+PAYLOAD_MAX_DEPTH = 64  # levels of objects and arrays, the payload itself the first
 NOTE_MAX = 1000
 JITTER_MAX_MS = HOUR_MS
 DEFAULT_TENANT = "default"
@@ -99,27 +100,44 @@ def validate_name(name: str, *, what: str = "name") -> str:
 
 
 def parse_payload(text: str) -> dict[str, Any]:
-    """A payload as typed on the command line: a JSON object of at most 64 KiB."""
-    if len(text.encode()) > PAYLOAD_MAX_BYTES:
+    """A payload as typed on the command line: a JSON object of at most 64 KiB, each key given
+    once (a repeated key would silently take the last value)."""
+    if len(text.encode("utf-8", "surrogatepass")) > PAYLOAD_MAX_BYTES:
         raise InvalidInput(
-            f"payload is {len(text.encode())} bytes: at most {PAYLOAD_MAX_BYTES} (64 KiB) allowed"
+            f"payload is {len(text.encode('utf-8', 'surrogatepass'))} bytes: at most "
+            f"{PAYLOAD_MAX_BYTES} (64 KiB) allowed"
         )
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_once_each)
     except json.JSONDecodeError as exc:
         raise InvalidInput(
             f"payload is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
             """write a JSON object, e.g. '{"to": "ops@example.com"}'"""
         ) from None
+    except RecursionError:
+        # json's own guard (about 1000 levels), far past what validate_payload allows.
+        raise _too_deep() from None
     return validate_payload(value)
 
 
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise InvalidInput(f"payload has the key {_shown_key(key)} twice: give each key once")
+        found[key] = value
+    return found
+
+
 def validate_payload(value: Any) -> dict[str, Any]:
-    """A payload must be a JSON object (commands take named arguments) of at most 64 KiB."""
+    """A payload must be a JSON object (commands take named arguments) of at most 64 KiB,
+    nested at most PAYLOAD_MAX_DEPTH levels, whose text is all Unicode (no lone surrogate: it
+    cannot be stored or shown)."""
     if not isinstance(value, dict):
         raise InvalidInput(
             f"payload must be a JSON object, not {type(value).__name__}: e.g. '{{\"n\": 1}}'"
         )
+    _check_shape(value)
     try:
         encoded = canonical_json(value)
     except (TypeError, ValueError) as exc:
@@ -131,6 +149,49 @@ def validate_payload(value: Any) -> dict[str, Any]:
     return value
 
 
+def _check_shape(payload: dict[str, Any]) -> None:
+    """Depth and text, walked with a stack of its own: a deep payload must not overflow ours."""
+    stack: list[tuple[Any, str, int]] = [(payload, "payload", 1)]
+    while stack:
+        node, where, depth = stack.pop()
+        if isinstance(node, dict | list) and depth > PAYLOAD_MAX_DEPTH:
+            raise _too_deep()
+        if isinstance(node, dict):
+            for key, item in node.items():
+                inner = f"{where}[{_shown_key(key)}]"
+                if isinstance(key, str) and not _is_unicode(key):
+                    raise _lone_surrogate(f"a key of {where}")
+                stack.append((item, inner, depth + 1))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{i}]", depth + 1) for i, item in enumerate(node))
+        elif isinstance(node, str) and not _is_unicode(node):
+            raise _lone_surrogate(where)
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _shown_key(key: Any) -> str:
+    # JSON with ASCII escapes: a lone surrogate in a key is shown as \ud800, never written raw.
+    return json.dumps(key) if isinstance(key, str) else repr(key)
+
+
+def _lone_surrogate(where: str) -> InvalidInput:
+    return InvalidInput(
+        f"{where} holds a lone surrogate (such as \\ud800), which is no Unicode text and "
+        "cannot be stored: write the character itself, or its full surrogate pair"
+    )
+
+
+def _too_deep() -> InvalidInput:
+    return InvalidInput(f"payload is nested more than {PAYLOAD_MAX_DEPTH} levels deep: flatten it")
+
+
 def validate_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
     if len(metadata) > META_MAX_ENTRIES:
         raise InvalidInput(f"at most {META_MAX_ENTRIES} metadata entries are allowed")
@@ -140,9 +201,10 @@ def validate_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
                 f"metadata key {key!r} is not allowed: letters, digits, '.', '_', '-', "
                 f"at most {META_KEY_MAX} characters"
             )
-        if not isinstance(value, str) or len(value) > META_VALUE_MAX:
+        if not isinstance(value, str) or len(value) > META_VALUE_MAX or not _is_unicode(value):
             raise InvalidInput(
-                f"metadata value of {key!r} must be text of at most {META_VALUE_MAX} characters"
+                f"metadata value of {key!r} must be UTF-8 text of at most {META_VALUE_MAX} "
+                "characters"
             )
     return dict(metadata)
 

@@ -3,12 +3,13 @@ what is wrong and what to do, no traceback, and nothing stored is created or cha
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 
-from tests.cli.support import assert_clean_error
+from tests.cli.support import assert_clean_error, db_state
 from tests.conftest import CliResult, run_cli
 
 # Passwords whose `@`, `#`, `/` or `?` is not percent-encoded: a driver reads a piece of one
@@ -67,3 +68,55 @@ def test_a_libpq_keyword_string_given_as_db_flag_is_refused_as_its_variable_is(
     result = run_cli("--db", "host=db password=Qz9Jx", "schedule", "list")
     line = assert_clean_error(result, 2, "not a libpq keyword string")
     assert "Qz9Jx" not in line
+
+
+ADD_OK = ("--every", "1m", "--command", "noop")
+
+
+@pytest.mark.parametrize(
+    ("payload", "words"),
+    [
+        pytest.param('{"a": "\\ud800"}', ('payload["a"]', "lone surrogate"), id="lone-surrogate"),
+        pytest.param('{"a": [{"b\\udc00": 1}]}', ("a key of", "lone surrogate"), id="in-a-key"),
+        pytest.param(
+            '{"a": ' + "[" * 5000 + "]" * 5000 + "}", ("more than 64 levels",), id="5000-deep"
+        ),
+        pytest.param('{"a": ' + "[" * 64 + "]" * 64 + "}", ("more than 64 levels",), id="65-deep"),
+        pytest.param('{"to": "a", "to": "b"}', ('the key "to" twice',), id="duplicate-key"),
+    ],
+)
+def test_a_payload_that_cannot_be_stored_or_says_two_things_is_refused_unchanged(
+    seeded_db: Path, payload: str, words: tuple[str, ...]
+) -> None:
+    """Careless payloads were an unexpected UnicodeEncodeError or RecursionError ("a bug"), or a
+    repeated key silently took its last value."""
+    before = db_state(seeded_db)
+    for args in (
+        ("schedule", "add", "fresh-job", *ADD_OK, "--payload", payload),
+        ("schedule", "edit", "nightly-report", "--payload", payload),
+    ):
+        result = run_cli(*args, db=seeded_db)
+        assert_clean_error(result, 2, *words)
+    assert db_state(seeded_db) == before
+
+
+def test_a_payload_64_levels_deep_is_taken(seeded_db: Path) -> None:
+    result = run_cli(
+        "schedule",
+        "add",
+        "deep",
+        *ADD_OK,
+        "--payload",
+        '{"a": ' + "[" * 63 + "]" * 63 + "}",
+        db=seeded_db,
+    )
+    assert result.code == 0, result.stderr
+
+
+def test_metadata_that_is_not_utf8_is_refused_unchanged(seeded_db: Path) -> None:
+    """An argument of bytes that are not UTF-8 reaches Python as lone surrogates."""
+    before = db_state(seeded_db)
+    value = os.fsdecode(b"k=\xff")
+    result = run_cli("schedule", "add", "fresh-job", *ADD_OK, "--meta", value, db=seeded_db)
+    assert_clean_error(result, 2, "metadata value of 'k' must be UTF-8 text")
+    assert db_state(seeded_db) == before

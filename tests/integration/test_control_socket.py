@@ -25,7 +25,7 @@ from engine import (
     open_engine,
 )
 from engine.control import ControlServer, ControlUnavailable, RemoteService
-from engine.control.wire import MAX_LINE, decode, encode
+from engine.control.wire import MAX_LINE, decode, encode, spec_to_json
 from engine.domain.access import Grant, PermissionDenied, Role
 from engine.domain.approvals import ApprovalRequired
 from engine.domain.audit import tenant_chain
@@ -339,3 +339,34 @@ def test_a_prune_through_the_socket_is_made_by_the_server(
     assert done.code == 0, done.stderr
     report = json.loads(done.stdout)
     assert (report["dry_run"], report["trigger"]) == (False, "manual")
+
+
+def _create_line(payload_json: str) -> bytes:
+    """A create request whose spec's payload is this JSON text, as a raw client may send it."""
+    message = json.dumps({"v": 1, "op": "create", "args": {"spec": spec_to_json(spec("odd"))}})
+    return message.replace('"payload": {}', f'"payload": {payload_json}', 1).encode() + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("payload_json", "expected"),
+    [
+        pytest.param('{"a": "\\ud800"}', 'payload["a"] holds a lone surrogate', id="surrogate"),
+        pytest.param('{"a": ' + "[" * 100 + "]" * 100 + "}", "more than 64 levels deep", id="deep"),
+        pytest.param(
+            '{"a": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deep", id="past-json-guard"
+        ),
+        pytest.param('{"a": 1, "a": 2}', 'the key "a" twice', id="duplicate-key"),
+    ],
+)
+def test_the_server_refuses_a_payload_the_cli_refuses(
+    served: tuple[Engine, Path, Path], payload_json: str, expected: str
+) -> None:
+    """A client that skips the CLI's checks gets the same refusal from the server, which
+    stores nothing and keeps serving."""
+    server_engine, _, path = served
+    before = server_engine.storage.audit.head(tenant_chain("acme"))
+    answers = raw(path, _create_line(payload_json))
+    assert answers[0]["ok"] is False, answers
+    assert expected in str(answers[0]["error"])
+    assert server_engine.storage.audit.head(tenant_chain("acme")) == before
+    assert raw(path, encode({"v": 1, "op": "hello"}))[0]["ok"] is True
