@@ -120,3 +120,20 @@ def test_metadata_that_is_not_utf8_is_refused_unchanged(seeded_db: Path) -> None
     result = run_cli("schedule", "add", "fresh-job", *ADD_OK, "--meta", value, db=seeded_db)
     assert_clean_error(result, 2, "metadata value of 'k' must be UTF-8 text")
     assert db_state(seeded_db) == before
+
+
+@pytest.mark.parametrize("command", [("db", "init"), ("db", "migrate")])
+def test_db_init_through_a_control_socket_is_refused_and_creates_nothing(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """It said "this is a bug of vortos": the schema is written by the service account
+    itself, never through the socket."""
+    db = tmp_path / "vortos.db"
+    socket = str(tmp_path / "control.sock")
+    for args, env in (
+        (command, {"VORTOS_CONTROL_SOCKET": socket}),
+        (("--control-socket", socket, *command), {}),
+    ):
+        result = run_cli(*args, db=db, env=env)
+        assert_clean_error(result, 2, f"{' '.join(command)} is the service account's", "without")
+    assert list(tmp_path.iterdir()) == []

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from engine.domain.database import is_postgres_url, shown
+from engine.domain.errors import InvalidInput
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, create_key_file
 from vortos_tui.cli.context import open_for_read, open_for_write, operator, state
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
@@ -20,6 +21,7 @@ app = typer.Typer(help="Create, upgrade and inspect the database.", no_args_is_h
 @handles_errors
 def init(ctx: typer.Context) -> None:
     """Create the database, or upgrade an older schema in place. Safe to repeat."""
+    _refuse_through_a_socket(ctx, "db init")
     if is_postgres_url(state(ctx).db):
         migrate(ctx)
         return
@@ -35,6 +37,7 @@ def migrate(ctx: typer.Context) -> None:
     or none). Safe to repeat, and to run from several hosts at once. On PostgreSQL, run it
     before the first `vortos run` and after each upgrade of vortos; it also creates the shared
     audit key file named by audit_key_file when there is none yet."""
+    _refuse_through_a_socket(ctx, "db migrate")
     cli = state(ctx)
     if not is_postgres_url(cli.db):
         with open_for_write(ctx) as engine:
@@ -62,6 +65,16 @@ def migrate(ctx: typer.Context) -> None:
         say(
             "note: every node signs the audit chain and needs the same key; set audit_key_file "
             f"(vortos.toml or {KEY_FILE_ENV}) and run this again to create it, or set {KEY_ENV}"
+        )
+
+
+def _refuse_through_a_socket(ctx: typer.Context, command: str) -> None:
+    """Creating or upgrading the schema writes the database itself: no control socket serves
+    it (the socket's server would be the one running on that schema)."""
+    if state(ctx).control_socket is not None:
+        raise InvalidInput(
+            f"{command} is the service account's: run it as the account that runs `vortos run "
+            "--control-socket`, without VORTOS_CONTROL_SOCKET or --control-socket"
         )
 
 
