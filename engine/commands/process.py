@@ -15,6 +15,7 @@ of the service is open in it, its umask is 077, and it leads its own process gro
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import selectors
 import signal
@@ -142,15 +143,15 @@ class ProcessAllowlist:
 def _timeout_ms(value: Any) -> int:
     if isinstance(value, bool) or value is None:
         raise InvalidInput("process timeout must be a duration such as '30s' or '5m'")
-    ms = (
-        round(value * 1000)
-        if isinstance(value, int | float)
-        else parse_duration(str(value), what="process timeout")
-    )
+    if isinstance(value, int | float):
+        ms = round(value * 1000) if math.isfinite(value) else 0  # inf and nan: out of range
+    else:
+        ms = parse_duration(str(value), what="process timeout")
     if not 0 < ms <= MAX_TIMEOUT_MS:
+        # As given: -1 shown as a duration read "1s", and 0.0001 as "0s".
+        given = value if isinstance(value, str) else repr(value)
         raise InvalidInput(
-            f"process timeout {format_duration(abs(ms))} is out of range: use more than 0 "
-            "and at most 7d"
+            f"process timeout {given} is out of range: use more than 0 and at most 7d"
         )
     return ms
 

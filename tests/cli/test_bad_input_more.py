@@ -137,3 +137,38 @@ def test_db_init_through_a_control_socket_is_refused_and_creates_nothing(
         result = run_cli(*args, db=db, env=env)
         assert_clean_error(result, 2, f"{' '.join(command)} is the service account's", "without")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("timeout", "shown"),
+    [
+        pytest.param("-1", "process timeout -1 is out of range", id="negative"),
+        pytest.param("0.0001", "process timeout 0.0001 is out of range", id="rounds-to-0"),
+    ],
+)
+def test_a_process_timeout_out_of_range_is_shown_as_given(
+    seeded_db: Path, timeout: str, shown: str
+) -> None:
+    """-1 was reported as "1s", a value the user never gave."""
+    before = db_state(seeded_db)
+    payload = '{"argv": ["/bin/true"], "timeout": ' + timeout + "}"
+    result = run_cli(
+        "--allow-exec", "/bin/true", "schedule", "add", "proc", "--every", "1m",
+        "--command", "process", "--payload", payload, db=seeded_db,
+    )  # fmt: skip
+    assert_clean_error(result, 2, shown, "at most 7d")
+    assert db_state(seeded_db) == before
+
+
+def test_audit_verify_of_a_directory_says_it_is_a_directory(seeded_db: Path) -> None:
+    result = run_cli("audit", "verify", "--file", str(seeded_db.parent), db=seeded_db)
+    assert_clean_error(result, 2, "is a directory", "audit export -o")
+
+
+def test_audit_verify_of_an_empty_export_claims_nothing(seeded_db: Path) -> None:
+    """The promise: verify never reports success for what it did not check (it exited 0)."""
+    empty = seeded_db.with_name("empty.jsonl")
+    empty.write_text("\n")
+    for extra in ((), ("--json",)):
+        result = run_cli("audit", "verify", "--file", str(empty), *extra, db=seeded_db)
+        assert_clean_error(result, 2, f"{empty} holds no audit entries: nothing was verified")

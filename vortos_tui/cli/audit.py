@@ -129,14 +129,23 @@ def verify_(
     expect = _expectations(expect_head)
     cli = state(ctx)
     if from_file is not None:
+        if from_file.is_dir():
+            raise InvalidInput(
+                f"--file {from_file} is a directory: give the file `vortos audit export -o` wrote"
+            )
         if not from_file.is_file():
             raise InvalidInput(f"--file {from_file} does not exist")
         keys = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
-        with from_file.open(encoding="utf-8") as handle:
-            try:
+        try:
+            with from_file.open(encoding="utf-8") as handle:
                 result = verify_export(read_export(handle), keys, expect=expect)
-            except ValueError as exc:
-                raise InvalidInput(f"{from_file}: {exc}") from None
+        except ValueError as exc:
+            raise InvalidInput(f"{from_file}: {exc}") from None
+        except OSError as exc:
+            raise InvalidInput(f"--file {from_file} cannot be read: {exc.strerror}") from None
+        if not result.chains:
+            # An empty report would read as "every chain intact": it proves nothing.
+            raise InvalidInput(f"{from_file} holds no audit entries: nothing was verified")
         _report(result, as_json)
         return
     if cli.control_socket is not None:
