@@ -395,8 +395,8 @@ class ConsoleFigures:
     profile: str
 
 
-def _context(db: Path, view: str) -> tuple[ConsoleContext, TimedModel]:
-    model = TimedModel(open_read_model(db))
+def _context(db: Path, view: str, inner: ReadModel | None) -> tuple[ConsoleContext, TimedModel]:
+    model = TimedModel(open_read_model(db) if inner is None else inner)
     ctx = ConsoleContext(
         db_label=db.name,
         model=model,
@@ -410,8 +410,12 @@ def _context(db: Path, view: str) -> tuple[ConsoleContext, TimedModel]:
     return ctx, model
 
 
-async def measure_console(db: Path, view: str, refreshes: int, *, profile: bool) -> ConsoleFigures:
-    ctx, model = _context(db, view)
+async def measure_console(
+    db: Path, view: str, refreshes: int, *, profile: bool, model: ReadModel | None = None
+) -> ConsoleFigures:
+    """The console on `db` (its own read model, or `model`: bench/control_reads.py passes the
+    one over the control socket)."""
+    ctx, timed = _context(db, view, model)
     started = time.perf_counter()
     app = TimedConsole(ctx)
     async with app.run_test(size=SCREEN) as pilot:
@@ -426,7 +430,7 @@ async def measure_console(db: Path, view: str, refreshes: int, *, profile: bool)
         # The first is a warm-up; with `profile`, one more is profiled and not counted.
         for i in range(refreshes + 1 + int(profile)):
             await _wait(app.idle)
-            reads, spans = len(model.spent), len(app.spans)
+            reads, spans = len(timed.spent), len(app.spans)
             profiler = cProfile.Profile() if i > refreshes else None
             t0 = time.perf_counter()
             if profiler is not None:
@@ -449,7 +453,7 @@ async def measure_console(db: Path, view: str, refreshes: int, *, profile: bool)
             figures.settle_ms.append(1000 * (t1 - t0))
             figures.paint_ms.append(1000 * (t2 - t1))
             figures.refresh_ms.append(1000 * (t2 - t0))
-            figures.read_ms.append(1000 * sum(model.spent[reads:]))
+            figures.read_ms.append(1000 * sum(timed.spent[reads:]))
             figures.span_ms.append(1000 * sum(app.spans[spans:]))
         if view == "schedules":
             await _wait(app.idle)

@@ -22,6 +22,7 @@ BENCHMARKS = [
     "consume",
     "e2e_latency",
     "console",
+    "control_reads",
     "audit",
     "observability",
     "postgres",
