@@ -47,79 +47,155 @@ def to_wire(value: Any) -> Any:
 def from_wire(kind: type[T], value: Any) -> T:
     """The `kind` that `to_wire` made `value` from; ProtocolError if it does not fit."""
     try:
-        return typing.cast("T", _load(kind, value, kind.__name__))
+        return typing.cast("T", _loader(typing.cast(Any, kind))(value))
+    except _Misfit as exc:
+        raise ProtocolError(f"{kind.__name__}{exc.where}: {exc.why}") from None
     except InvalidInput as exc:  # a value the domain type itself refuses
         raise ProtocolError(f"the server sent a {kind.__name__} that is not valid: {exc}") from None
 
 
-def _load(kind: Any, value: Any, where: str) -> Any:
+class _Misfit(Exception):
+    """A value that does not fit its type; `where` grows as it leaves nested loaders, so the
+    path is built only when something is wrong."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+        self.where = ""
+
+    def at(self, step: str) -> _Misfit:
+        self.where = step + self.where
+        return self
+
+
+Loader = typing.Callable[[Any], Any]
+
+
+@cache
+def _loader(kind: Any) -> Loader:
+    """How to load a value of `kind`, worked out once per type: a page of a hundred
+    schedules is thousands of values, and reading the type hints for each was most of the
+    client's time."""
     origin = typing.get_origin(kind)
     args = typing.get_args(kind)
     if kind is Any:
-        return value
+        return _same
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
         (chosen,) = [a for a in args if a is not type(None)]
-        return _load(chosen, value, where)
+        inner = _loader(chosen)
+        if type(None) not in args:
+            return inner
+        return lambda value: None if value is None else inner(value)
     if kind is type(None):
-        return _expect(value is None, value, where, "null")
+        return _checked(lambda v: v is None, "null")
     if kind is bool:
-        return _expect(isinstance(value, bool), value, where, "true or false")
+        return _checked(lambda v: isinstance(v, bool), "true or false")
     if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return _expect(ok, value, where, "an integer")
+        return _checked(lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer")
     if kind is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return float(_expect(ok, value, where, "a number"))
+        number = _checked(
+            lambda v: isinstance(v, int | float) and not isinstance(v, bool), "a number"
+        )
+        return lambda value: float(number(value))
     if kind is str:
-        return _expect(isinstance(value, str), value, where, "text")
+        return _checked(lambda v: isinstance(v, str), "text")
     if kind is Trigger:
-        if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
-            raise ProtocolError(f"{where}: not a trigger")
-        spec = {k: v for k, v in value.items() if k != "kind"}
-        try:
-            return trigger_from_spec(value["kind"], spec)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"{where}: not a trigger ({exc})") from None
+        return _trigger
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return _enum(kind)
+    generic = isinstance(origin, type) and dataclasses.is_dataclass(origin)
+    if generic or (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+        target = origin if generic else kind
+        return _dataclass(target, _bound(origin, args) if generic else _hints(kind))
+    if origin in (dict, Mapping, typing.Mapping) or kind in (dict, Mapping):
+        return _mapping(_loader(args[1] if len(args) == 2 else Any))
+    if origin in (list, tuple, frozenset):
+        return _sequence(origin, _loader(args[0] if args else Any))
+    raise TypeError(f"{kind!r} does not travel on the control socket")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _checked(fits: typing.Callable[[Any], bool], what: str) -> Loader:
+    def load(value: Any) -> Any:
+        if not fits(value):
+            raise _Misfit(f"{value!r} is not {what}")
+        return value
+
+    return load
+
+
+def _trigger(value: Any) -> Trigger:
+    if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
+        raise _Misfit("not a trigger")
+    spec = {k: v for k, v in value.items() if k != "kind"}
+    try:
+        return trigger_from_spec(value["kind"], spec)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _Misfit(f"not a trigger ({exc})") from None
+
+
+def _enum(kind: type[enum.Enum]) -> Loader:
+    def load(value: Any) -> Any:
         try:
             return kind(value)
         except ValueError:
-            raise ProtocolError(f"{where}: {value!r} is not a {kind.__name__}") from None
-    generic = isinstance(origin, type) and dataclasses.is_dataclass(origin)
-    if generic or (isinstance(kind, type) and dataclasses.is_dataclass(kind)):
+            raise _Misfit(f"{value!r} is not a {kind.__name__}") from None
+
+    return load
+
+
+def _dataclass(kind: type, hints: Mapping[str, Any]) -> Loader:
+    fields = [(f.name, _loader(hints[f.name])) for f in _fields(kind)]
+
+    def load(value: Any) -> Any:
         if not isinstance(value, dict):
-            raise ProtocolError(f"{where}: not an object")
-        hints = _hints(kind) if not generic else _bound(origin, args)
-        kind = origin if generic else kind
-        given = {
-            f.name: _load(hints[f.name], value[f.name], f"{where}.{f.name}")
-            for f in _fields(kind)
-            if f.name in value
-        }
+            raise _Misfit("not an object")
+        given = {}
+        for name, field_loader in fields:
+            if name in value:
+                try:
+                    given[name] = field_loader(value[name])
+                except _Misfit as exc:
+                    raise exc.at(f".{name}") from None
         try:
             return kind(**given)
         except TypeError as exc:  # a required field missing
-            raise ProtocolError(f"{where}: {exc}") from None
-    if origin in (dict, Mapping, typing.Mapping) or kind in (dict, Mapping):
+            raise _Misfit(str(exc)) from None
+
+    return load
+
+
+def _mapping(inner: Loader) -> Loader:
+    def load(value: Any) -> Any:
         if not isinstance(value, dict):
-            raise ProtocolError(f"{where}: not an object")
-        inner = args[1] if len(args) == 2 else Any
-        return {str(k): _load(inner, v, f"{where}[{k}]") for k, v in value.items()}
-    if origin in (list, tuple, frozenset):
+            raise _Misfit("not an object")
+        loaded = {}
+        for key, item in value.items():
+            try:
+                loaded[str(key)] = inner(item)
+            except _Misfit as exc:
+                raise exc.at(f"[{key}]") from None
+        return loaded
+
+    return load
+
+
+def _sequence(origin: type, inner: Loader) -> Loader:
+    def load(value: Any) -> Any:
         if not isinstance(value, list):
-            raise ProtocolError(f"{where}: not a list")
-        inner = args[0] if args else Any
-        items = [_load(inner, v, f"{where}[{i}]") for i, v in enumerate(value)]
+            raise _Misfit("not a list")
+        items = []
+        for index, item in enumerate(value):
+            try:
+                items.append(inner(item))
+            except _Misfit as exc:
+                raise exc.at(f"[{index}]") from None
         return origin(items)
-    raise TypeError(f"{where}: {kind!r} does not travel on the control socket")
 
-
-def _expect(ok: bool, value: Any, where: str, what: str) -> Any:
-    if not ok:
-        raise ProtocolError(f"{where}: {value!r} is not {what}")
-    return value
+    return load
 
 
 @cache

@@ -52,17 +52,24 @@ T = TypeVar("T")
 def window(items: Sequence[Any], offset: int) -> dict[str, Any]:
     """The rows of `items` from `offset` that fit one answer; `next` is where the following
     window starts (None: this one ends the list)."""
-    rows: list[Any] = []
-    used = 0
-    for item in items[offset:]:
-        encoded = to_wire(item)
-        size = len(json.dumps(encoded, ensure_ascii=False))
-        if rows and used + size > ANSWER_BUDGET:
-            break
-        rows.append(encoded)
-        used += size
-    after = offset + len(rows)
+    rows, taken = fit([to_wire(item) for item in items[offset:]])
+    after = offset + taken
     return {"items": rows, "next": after if after < len(items) else None}
+
+
+def fit(encoded: list[Any]) -> tuple[list[Any], int]:
+    """As many of these encoded rows, from the first, as fit one answer (at least one), and
+    how many. Rows are measured one by one only when all of them do not fit at once: most
+    answers are far under the budget, and measuring each row cost as much as encoding it."""
+    if len(json.dumps(encoded, ensure_ascii=False)) <= ANSWER_BUDGET:
+        return encoded, len(encoded)
+    used = 0
+    for taken, row in enumerate(encoded):
+        size = len(json.dumps(row, ensure_ascii=False))
+        if taken and used + size > ANSWER_BUDGET:
+            return encoded[:taken], taken
+        used += size
+    return encoded, len(encoded)
 
 
 def _offset(a: Args) -> int:
@@ -277,9 +284,9 @@ def _read(c: ControlContext, call: Any) -> Any:
 def _page(page: Any) -> dict[str, Any]:
     """A read model's page, cut to fit one answer (then `more` says rows follow)."""
     encoded = to_wire(page)
-    fitted = window(page.rows, 0)
-    if fitted["next"] is not None:
-        encoded["rows"] = fitted["items"]
+    rows, taken = fit(encoded["rows"])
+    if taken < len(encoded["rows"]):
+        encoded["rows"] = rows
         encoded["more"] = True
     return {"page": encoded}
 
