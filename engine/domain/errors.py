@@ -50,6 +50,12 @@ class StorageError(VortosError):
     """The database cannot be used as asked (missing, corrupt, foreign, newer, read-only)."""
 
 
+class DatabaseUnreadable(StorageError):
+    """The database file itself failed: not a database, corrupt, an I/O error, or it cannot be
+    opened; not a lock held by someone else. A service retries it a few times (it can be
+    momentary), then stops rather than serve a file it cannot read."""
+
+
 class LeaseError(VortosError):
     """Base of lease failures."""
 

@@ -29,6 +29,7 @@ from engine.ports.enqueuer import Enqueuer
 from engine.ports.fire_queue import Claim, Fire, FireQuery, Outcome, Settlement, SettleReport
 from engine.ports.storage import Storage
 from engine.runtime.executor import CancelReason, abandoned_too_often, execute, hand_over
+from engine.runtime.storage_retry import StorageRetry
 
 log = logging.getLogger("vortos.consumer")
 
@@ -126,17 +127,20 @@ class FireQueueConsumer:
     def run(self) -> None:
         """Claim and run fires until `stop()`; then finish or give back what is in flight."""
         self.start()
-        backoff = 0.5
+        retry = StorageRetry(log)
         try:
             while not self._stopping.is_set():
                 try:
                     delay = self.step()
-                    backoff = 0.5
+                    retry.succeeded()
+                    if delay > 0 and not self._stopping.is_set():
+                        # The wait reads the database too: its failure is retried like a
+                        # step's (a claimed fire is safe meanwhile: its claim expires).
+                        self._storage.changes.wait(delay, self._wake)
                 except StorageError as exc:
-                    log.error("storage error: %s (retrying in %.1fs)", exc, backoff)
-                    delay, backoff = backoff, min(backoff * 2, 30.0)
-                if delay > 0 and not self._stopping.is_set():
-                    self._storage.changes.wait(delay, self._wake)
+                    # Raises once the file stays unreadable: in-flight fires are then not
+                    # settled here, and are claimed again when their claims expire.
+                    self._stopping.wait(retry.failed(exc))
                 self._wake.clear()
             self.drain(self.config.grace_ms / 1000)
         finally:

@@ -43,6 +43,7 @@ from engine.runtime.breaker import (
     BreakerState,
     CircuitBreaker,
 )
+from engine.runtime.storage_retry import StorageRetry
 
 log = logging.getLogger("vortos.daemon")
 
@@ -312,19 +313,18 @@ class SchedulerDaemon:
             self.release()
 
     def _loop(self) -> None:
-        backoff = 0.5
+        retry = StorageRetry(log)
         while not self._stop.is_set():
             try:
                 delay = self.step()
-                backoff = 0.5
+                retry.succeeded()
+                if delay > 0 and not self._stop.is_set():
+                    # A change by another process may bring a slot forward (leader) or free
+                    # the lease (standby): wake for it rather than sleep the whole delay. The
+                    # wait reads the database too, so its failure is retried like a step's.
+                    self._storage.changes.wait(delay)
             except StorageError as exc:
-                log.error("storage error: %s (retrying in %.1fs)", exc, backoff)
-                delay, backoff = backoff, min(backoff * 2, 30.0)
-            if delay <= 0 or self._stop.is_set():
-                continue
-            # A change by another process may bring a slot forward (leader) or free the
-            # lease (standby): wake for it rather than sleep the whole delay.
-            self._storage.changes.wait(delay)
+                self._stop.wait(retry.failed(exc))  # raises once the file stays unreadable
 
     def stop(self) -> None:
         self._stop.set()

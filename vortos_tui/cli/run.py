@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
@@ -49,6 +48,7 @@ from vortos_tui.cli.workers import (
     MetricsHost,
     MetricsPort,
     NodeId,
+    ServiceThread,
     Tracing,
     build_consumer,
     check_node_id,
@@ -266,7 +266,9 @@ def run(
         )
         # Audit sinks are fed by the node that leads (shard 0's leader, with shards).
         plugins.start(leading=lambda: daemons[0].leading)
-        worker = None if consumer is None else start_consumer(consumer)
+        # A consumer that fails (the database stayed unreadable) stops the daemons, and its
+        # error ends the service below: no service dispatching with nobody consuming.
+        worker = None if consumer is None else start_consumer(consumer, on_failure=stop)
         try:
             run_daemons(daemons)
         finally:
@@ -301,19 +303,22 @@ class _Options:
 def run_daemons(daemons: list[SchedulerDaemon]) -> None:
     """Run the daemons until they stop: the first on this thread, each other shard's on a
     thread of its own."""
+
+    def stop_all() -> None:
+        for daemon in daemons:
+            daemon.stop()
+
     others = [
-        threading.Thread(target=d.run, name=f"vortos-shard-{n}", daemon=True)
+        ServiceThread(d.run, f"vortos-shard-{n}", on_failure=stop_all).start()
         for n, d in enumerate(daemons[1:], start=1)
     ]
-    for thread in others:
-        thread.start()
     try:
         daemons[0].run()
     finally:
         for daemon in daemons[1:]:
             daemon.stop()
         for thread in others:
-            thread.join()
+            thread.join()  # raises a shard's failure: it stopped the others
 
 
 def _make_files_private(cli: CliState, access: FileAccess) -> None:

@@ -287,7 +287,37 @@ def on_stop_signals(stop: Callable[[], None]) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def start_consumer(consumer: FireQueueConsumer) -> threading.Thread:
-    thread = threading.Thread(target=consumer.run, name="vortos-consumer")
-    thread.start()
-    return thread
+class ServiceThread:
+    """One of the service's loops on a thread of its own. If it ends with an error (the
+    database stayed unreadable, say), `on_failure` stops the rest of the service and `join`
+    raises that error where the service waits for its loops: the service ends with its one
+    line and exit code, rather than run on without that loop."""
+
+    def __init__(
+        self, target: Callable[[], None], name: str, on_failure: Callable[[], None]
+    ) -> None:
+        self._target = target
+        self._on_failure = on_failure
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> ServiceThread:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self._target()
+        except BaseException as exc:  # noqa: BLE001 (raised again by join, on the main thread)
+            log.error("%s stopped: %s", self._thread.name, exc)
+            self.failure = exc
+            self._on_failure()
+
+    def join(self) -> None:
+        self._thread.join()
+        if self.failure is not None:
+            raise self.failure
+
+
+def start_consumer(consumer: FireQueueConsumer, on_failure: Callable[[], None]) -> ServiceThread:
+    return ServiceThread(consumer.run, "vortos-consumer", on_failure).start()

@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import apsw
-
 from engine.backends.diagnostics import store_counts
 from engine.backends.plugin_state import SqlPluginStateStore
 from engine.backends.sqlite.approvals import SqliteApprovalStore
@@ -33,6 +31,7 @@ from engine.backends.sqlite.retention import SqliteRetentionStore
 from engine.backends.sqlite.runs import SqliteRunLedger
 from engine.backends.sqlite.schedules import SqliteScheduleStore
 from engine.domain.clock import Clock
+from engine.domain.errors import StorageError
 
 log = logging.getLogger("vortos.sqlite")
 
@@ -123,9 +122,12 @@ class SqliteBackend:
     def _checkpoint_until(self, stop: threading.Event) -> None:
         try:
             while not stop.wait(CHECKPOINT_EVERY_S):
+                # Opening this thread's connection can fail too (the file unreadable for a
+                # moment): logged like a failed checkpoint, and tried again next time.
                 try:
-                    self.pool.get().execute("PRAGMA wal_checkpoint(PASSIVE)")
-                except apsw.Error as exc:
+                    with storage_errors(self.path):
+                        self.pool.get().execute("PRAGMA wal_checkpoint(PASSIVE)")
+                except StorageError as exc:
                     log.warning("background checkpoint failed: %s", exc)
         finally:
             self.pool.release_current()

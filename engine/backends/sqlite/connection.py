@@ -19,7 +19,7 @@ from typing import Any
 import apsw
 
 from engine.backends.sql import Args, Dialect
-from engine.domain.errors import StorageError, VortosError
+from engine.domain.errors import DatabaseUnreadable, StorageError, VortosError
 from engine.file_modes import create_private, current_file_access
 
 APPLICATION_ID = 0x566F7274  # "Vort"
@@ -221,8 +221,10 @@ def schema_sql() -> str:
     return (Path(__file__).resolve().parents[3] / "schema.sql").read_text(encoding="utf-8")
 
 
-def _refuse(path: Path, problem: str, remedy: str) -> StorageError:
-    return StorageError(f"cannot use database {path}: {problem}; {remedy}")
+def _refuse(
+    path: Path, problem: str, remedy: str, kind: type[StorageError] = StorageError
+) -> StorageError:
+    return kind(f"cannot use database {path}: {problem}; {remedy}")
 
 
 def inspect_path(path: Path, *, create: bool) -> bool:
@@ -281,9 +283,18 @@ def connect(
 def translate(exc: apsw.Error, path: Path) -> StorageError:
     """Turn SQLite's complaint into an operator's message."""
     if isinstance(exc, apsw.NotADBError):
-        return _refuse(path, "it is not a SQLite database", "point --db at a Vortos database")
+        return _refuse(
+            path,
+            "it is not a SQLite database",
+            "point --db at a Vortos database",
+            DatabaseUnreadable,
+        )
     if isinstance(exc, apsw.CorruptError):
-        return _refuse(path, "the file is corrupt", "restore it from a backup")
+        return _refuse(path, "the file is corrupt", "restore it from a backup", DatabaseUnreadable)
+    if isinstance(exc, apsw.IOError):
+        return _refuse(
+            path, f"reading or writing it failed ({exc})", "check the disk", DatabaseUnreadable
+        )
     if isinstance(exc, apsw.BusyError | apsw.LockedError):
         return StorageError(
             f"database {path} stayed locked by another process past the busy timeout; "
@@ -301,6 +312,7 @@ def translate(exc: apsw.Error, path: Path) -> StorageError:
             path,
             "SQLite cannot open it (or its -wal/-shm files)",
             "check that the file and its directory are readable and writable",
+            DatabaseUnreadable,
         )
     if isinstance(exc, apsw.FullError):
         return _refuse(path, "the disk is full", "free some space")
