@@ -171,3 +171,15 @@ class PermissionDenied(VortosError):
     """The policy refused: the message names the missing permission."""
 
     exit_code = 4
+
+
+def views_nothing(actor: str, so: str) -> PermissionDenied:
+    """The refusal of a read by an account whose scope is empty: it holds no role that lets it
+    view any tenant. It is told so and what to ask for; an empty answer would read as "there
+    is nothing here". (While a database has no operator at all, every account views every
+    tenant: nobody is refused this.)"""
+    return PermissionDenied(
+        f"{actor} holds no role that lets it view any tenant here, so {so}: ask an admin for "
+        f"one (`vortos operators grant {actor} viewer --tenant T`, or without --tenant for "
+        "every tenant)"
+    )

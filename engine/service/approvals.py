@@ -28,7 +28,7 @@ class Approvals(ServiceCore):
     ) -> list[Approval]:
         """Requests, pending first, of the tenants `actor` may view. `state` is as of now (an
         expired one is expired)."""
-        scope = self.scope(actor, tenant)
+        scope = self.listing_scope(actor, tenant)
         now = self._clock.now_ms()
         stored = None if state in (None, ApprovalState.EXPIRED) else state
         found = self._storage.approvals.list(

@@ -19,8 +19,9 @@ class AuditTrail(ServiceCore):
         self, *, actor: str | None = None, wanted: Sequence[str] | None = None
     ) -> list[str]:
         """The chains `actor` may read (of `wanted`, when given: each must exist and be
-        readable, else a clear error)."""
-        scope = self.scope(actor)
+        readable, else a clear error). Every chain it may read, asked of an account that may
+        view no tenant at all, is refused (see `listing_scope`)."""
+        scope = self.scope(actor) if wanted is not None else self.listing_scope(actor)
         known = self._storage.audit.chains()
         visible = [c for c in known if chain_visible(scope, c)]
         if wanted is None:
@@ -56,19 +57,17 @@ class AuditTrail(ServiceCore):
         refused (PermissionDenied), never reported as intact or empty: only who may read
         every chain learns that there is none."""
         self.audit_chains(actor=actor, wanted=list(expected))
+        if wanted is None:
+            self.listing_scope(actor, so="it may read no audit chain and nothing was verified")
         readable = self.audit_chains(actor=actor, wanted=wanted)
         scope = self.scope(actor)
         if wanted is not None or scope.every:
             return readable, 0
         known = self._storage.audit.chains()
-        if scope.empty or (known and not readable):
-            where = (
-                f"it may view {scope.describe()}, which has no audit chain yet; other chains exist"
-                if not scope.empty
-                else "it holds no role that lets it view a tenant"
-            )
+        if known and not readable:
             raise PermissionDenied(
-                f"{actor} may read no audit chain here ({where}), so nothing was verified: "
+                f"{actor} may read no audit chain here (it may view {scope.describe()}, which "
+                "has no audit chain yet; other chains exist), so nothing was verified: "
                 "verifying a tenant's chain needs the viewer role in that tenant (an admin "
                 f"runs `vortos operators grant {actor} viewer --tenant T`), and every chain, "
                 "with the system chain, the viewer role in every tenant "

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
-from engine.domain.access import EVERY_TENANT, Operation, TenantScope
+from engine.domain.access import EVERY_TENANT, Operation, TenantScope, views_nothing
 from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, Approval, GatedOperation
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
@@ -86,7 +86,7 @@ class ServiceCore:
         offset: int = 0,
         actor: str | None = None,
     ) -> list[Schedule]:
-        scope = self.scope(actor, tenant)
+        scope = self.listing_scope(actor, tenant)
         return self._storage.schedules.query(
             ScheduleQuery(
                 tenant=tenant, tenants=scope.tenants, status=status, limit=limit, offset=offset
@@ -94,7 +94,7 @@ class ServiceCore:
         )
 
     def runs(self, query: RunQuery, *, actor: str | None = None) -> list[Run]:
-        scope = self.scope(actor, query.tenant)
+        scope = self.listing_scope(actor, query.tenant)
         return self._storage.runs.query(replace(query, tenants=scope.tenants))
 
     def run(self, run_id: int, *, actor: str | None = None) -> Run:
@@ -111,6 +111,22 @@ class ServiceCore:
         if tenant is not None:
             self._authorize_view(actor, tenant)
         return self.access.scope(self._reader(actor)).narrow(tenant)
+
+    def listing_scope(
+        self,
+        actor: str | None,
+        tenant: str | None = None,
+        *,
+        so: str = "nothing can be shown to it",
+    ) -> TenantScope:
+        """`scope`, for a read that lists (schedules, runs, dead letters, approvals, audit
+        entries): an account that may view no tenant at all is refused, told why and what to
+        ask for, never shown an empty list. A viewer of a tenant that holds nothing yet gets
+        its honest empty list."""
+        scope = self.scope(actor, tenant)
+        if scope.empty:
+            raise views_nothing(self._reader(actor), so)
+        return scope
 
     def preview(
         self,

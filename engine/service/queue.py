@@ -29,7 +29,7 @@ class DeadLetters(ServiceCore):
         """Fires dead-lettered or failed for good, oldest run first."""
         if not 1 <= limit <= DEAD_LETTER_PAGE_MAX:
             raise InvalidInput(f"limit {limit} is out of range: use 1 to {DEAD_LETTER_PAGE_MAX}")
-        scope = self.scope(actor, tenant)
+        scope = self.listing_scope(actor, tenant)
         return self._storage.fire_queue.read(
             FireQuery(
                 tenant=tenant,

@@ -11,7 +11,7 @@ from rich.table import Table
 from engine.domain.approvals import Approval, ApprovalState
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import iso_utc
-from vortos_tui.cli.context import open_existing, operator
+from vortos_tui.cli.context import open_existing, open_for_read, operator
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
 
 app = typer.Typer(
@@ -67,7 +67,7 @@ def list_(
 ) -> None:
     """Requests, pending first."""
     chosen = _state(state)
-    with open_existing(ctx) as engine:
+    with open_for_read(ctx) as engine:  # a read: the group-readable file serves it
         found = engine.service.approvals(actor=operator(), tenant=tenant, state=chosen, limit=limit)
         now = engine.clock.now_ms()
     if as_json:
@@ -95,7 +95,7 @@ def list_(
 @handles_errors
 def show(ctx: typer.Context, approval_id: ApprovalId, tenant: Tenant = None) -> None:
     """One request in full, with the change it would allow."""
-    with open_existing(ctx) as engine:
+    with open_for_read(ctx) as engine:
         found = engine.service.approval(approval_id, actor=operator(), tenant=tenant)
         emit_json(approval_json(found, engine.clock.now_ms()))
 

@@ -435,10 +435,11 @@ class TenantIsolationConformance(StorageConformance):
         assert read(model.audit()).chains == ()
 
     def test_an_operator_without_any_grant_sees_nothing(self, world: World) -> None:
-        assert world.engine.service.schedules(actor="mallory") == [], (
-            f"{ISOLATION}an operator with no grant must see no schedule"
-        )
-        assert world.engine.service.audit_chains(actor="mallory") == []
+        # Refused, told it holds no role (not shown an empty list that reads as "none").
+        with pytest.raises(PermissionDenied, match="holds no role"):
+            world.engine.service.schedules(actor="mallory")
+        with pytest.raises(PermissionDenied, match="holds no role"):
+            world.engine.service.audit_chains(actor="mallory")
         assert read(world.model("mallory").overview(world.clock.now_ms())).schedules == 0, (
             f"{ISOLATION}the read model of an operator with no grant must count no schedule"
         )
