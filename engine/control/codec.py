@@ -47,7 +47,7 @@ def to_wire(value: Any) -> Any:
 def from_wire(kind: type[T], value: Any) -> T:
     """The `kind` that `to_wire` made `value` from; ProtocolError if it does not fit."""
     try:
-        return typing.cast("T", _loader(typing.cast(Any, kind))(value))
+        return typing.cast("T", _loader(typing.cast("Any", kind))(value))
     except _Misfit as exc:
         raise ProtocolError(f"{kind.__name__}{exc.where}: {exc.why}") from None
     except InvalidInput as exc:  # a value the domain type itself refuses
