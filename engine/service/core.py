@@ -273,6 +273,8 @@ class ServiceCore:
         self._authorize(actor, Operation.PAUSE, tenant)
         if note is not None and len(note) > NOTE_MAX:
             raise InvalidInput(f"the note is {len(note)} characters: at most {NOTE_MAX}")
+        if note is not None:
+            refuse_control_characters(note, "note")
         schedule = self._current(name, tenant, expected_version)
         static = schedule.origin is ScheduleOrigin.STATIC
         if static:
@@ -639,6 +641,13 @@ def definition(schedule: Schedule) -> dict[str, Any]:
         "command": schedule.command,
         "payload": dict(schedule.payload),
         "misfire": schedule.misfire.kind.value,
+        # Every limit of the policy, not only its kind: an approval covers what it allows
+        # (a cap of 1 approved must not become 10,000), and an edit of a limit alone is a change.
+        "misfire_limits": {
+            "catch_up_cap": schedule.misfire.catch_up_cap,
+            "max_age_ms": schedule.misfire.max_age_ms,
+            "grace_ms": schedule.misfire.grace_ms,
+        },
         "overlap": schedule.overlap.value,
         "jitter_ms": schedule.jitter_ms,
         "sensitive": schedule.sensitive,

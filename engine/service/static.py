@@ -51,6 +51,10 @@ class StaticSync(ServiceCore):
         checked before anything is written: a clash with a dynamic schedule's name changes
         nothing."""
         now = self._clock.now_ms()
+        # A static schedule of a sensitive command is stored sensitive, like a dynamic one: a
+        # process that does not load the app (a CLI, a service started without --app) still
+        # gates it. Syncing stores the flag on schedules stored before.
+        declared = [replace(item, spec=self._sensitive_by_command(item.spec)) for item in declared]
         firsts = {}
         for item in declared:
             firsts[_key(item.spec)] = validate_spec(item.spec, self.commands, now)

@@ -20,13 +20,15 @@ from engine import (
     open_engine,
     schedulable,
 )
-from engine.commands.decorators import command_of
+from engine.commands.decorators import StaticSchedule, command_of
 from engine.domain.access import Role
 from engine.domain.approvals import ApprovalRequired, ApprovalState
 from engine.domain.errors import InvalidInput
 from engine.domain.run import RunState
+from engine.domain.schedule import MisfireKind, MisfirePolicy, ScheduleOrigin
 from engine.domain.timeutil import HOUR_MS
 from engine.ports.fire_queue import Outcome, Settlement
+from engine.service.core import new_schedule
 from tests.conftest import T0, run_cli
 
 
@@ -216,3 +218,59 @@ def test_requeue_all_refuses_to_carry_a_protected_dead_letter_along(
         pay,
         report,
     }
+
+
+# -- what an approval covers, and static schedules ------------------------------------------------
+
+
+def test_an_approval_covers_every_limit_of_the_misfire_policy(governed: Engine) -> None:
+    """Found from the README alone: a create approved with a catch-up cap of 1 was applied
+    with 10,000 and 30 days, because the request recorded the policy's kind only."""
+    each = MisfirePolicy(MisfireKind.EACH, catch_up_cap=1)
+    asked = waits(lambda: governed.service.create(spec("pay", misfire=each), actor="olga"))
+    governed.service.approve(asked, actor="bea")
+    wider = MisfirePolicy(MisfireKind.EACH, catch_up_cap=10_000, max_age_ms=30 * 86_400_000)
+    other = waits(lambda: governed.service.create(spec("pay", misfire=wider), actor="olga"))
+    assert other != asked
+    made = governed.service.create(spec("pay", misfire=each), actor="olga")
+    assert made.misfire == each
+
+
+def test_an_edit_of_a_misfire_limit_alone_is_a_change(tmp_path: Path, clock: ManualClock) -> None:
+    """Found from the README alone: `edit --catch-up-cap 3` said "nothing changed"."""
+    with open_engine(tmp_path / "v.db", clock=clock) as trusted:
+        trusted.service.create(
+            spec("plain", "noop", misfire=MisfirePolicy(MisfireKind.EACH)), actor="setup"
+        )
+        limited = MisfirePolicy(MisfireKind.EACH, catch_up_cap=3, grace_ms=300_000)
+        changed = trusted.service.update(spec("plain", "noop", misfire=limited), actor="setup")
+        assert changed.misfire == limited
+        assert changed.version == 2
+
+
+def test_a_static_schedule_of_a_sensitive_command_is_stored_sensitive(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Found from the README alone: a static schedule was stored not sensitive, so a service
+    restarted without --app let one operator trigger it."""
+    db = tmp_path / "vortos.db"
+    static = StaticSchedule(spec("payday"), "jobs.payday")
+    with open_engine(db, clock=clock, commands=registry()) as trusted:
+        trusted.service.sync_static([static], actor="app")
+        assert trusted.service.get("payday", tenant="acme").sensitive
+    result = run_cli("schedule", "trigger", "payday", "--tenant", "acme", db=db)  # no --app
+    assert result.code == 6, result.stderr
+
+
+def test_a_sync_marks_a_static_schedule_stored_before_as_sensitive(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    db = tmp_path / "vortos.db"
+    static = StaticSchedule(spec("payday"), "jobs.payday")
+    with open_engine(db, clock=clock, commands=builtin_commands()) as before:
+        before.storage.schedules.insert(
+            new_schedule(spec("payday"), T0 + HOUR_MS, T0, ScheduleOrigin.STATIC)
+        )
+    with open_engine(db, clock=clock, commands=registry()) as trusted:
+        assert trusted.service.sync_static([static], actor="app").updated == ["acme/payday"]
+        assert trusted.service.get("payday", tenant="acme").sensitive
