@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from engine.domain.audit import canonical
+from engine.domain.control_chars import refuse_control_characters
 from engine.domain.errors import InvalidInput, VortosError
 from engine.domain.timeutil import SECOND_MS, parse_duration
 
@@ -105,6 +106,7 @@ def validate_reason(reason: str) -> str:
         )
     if len(text) > REASON_MAX:
         raise InvalidInput(f"the reason is {len(text)} characters: at most {REASON_MAX}")
+    refuse_control_characters(text, "reason")
     return text
 
 

@@ -20,6 +20,7 @@ from engine.domain.access import EVERY_TENANT, Operation, TenantScope, views_not
 from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, Approval, GatedOperation
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
+from engine.domain.control_chars import refuse_control_characters
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
 from engine.domain.misfire import due_at
 from engine.domain.preview import PREVIEW_MAX, PreviewSlot, preview_slots

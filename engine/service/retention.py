@@ -11,6 +11,7 @@ from engine.commands import CommandRegistry
 from engine.domain.access import Operation
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
+from engine.domain.control_chars import refuse_control_characters
 from engine.domain.errors import InvalidInput, NotFound
 from engine.domain.schedule import NOTE_MAX, validate_name
 from engine.ports.retention import RetentionOverride
@@ -86,6 +87,8 @@ class RetentionAdmin(ServiceCore):
         validate_days(days)
         if reason is not None and len(reason) > NOTE_MAX:
             raise InvalidInput(f"the reason is {len(reason)} characters: at most {NOTE_MAX}")
+        if reason is not None:
+            refuse_control_characters(reason, "reason")
         self._authorize(actor, Operation.MANAGE_RETENTION, tenant)
         with self._changing(actor, Operation.MANAGE_RETENTION, tenant):
             before = self._storage.retention.override(tenant)
