@@ -9,8 +9,10 @@ not a courtesy of the client.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
@@ -20,6 +22,7 @@ from engine.control.codec import from_wire
 from engine.control.wire import (
     MAX_LINE,
     VERSION,
+    ControlUnavailable,
     ProtocolError,
     decode,
     encode,
@@ -50,12 +53,7 @@ T = TypeVar("T")
 
 CALL_TIMEOUT_S = 120.0  # a backfill of many slots takes a while; nothing legitimate takes this
 VERIFY_TIMEOUT_S = 3600.0  # a full audit verification of millions of entries
-
-
-class ControlUnavailable(VortosError):
-    """The control socket cannot be reached."""
-
-    exit_code = 1
+CONNECT_WAIT_S = 10.0  # how long a full listen queue is tried again before giving up
 
 
 class ControlClient:
@@ -85,15 +83,13 @@ class ControlClient:
         raise error_from_json(error)
 
     def _exchange(self, request: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        conn.settimeout(timeout_s)
+        conn = self._connect(timeout_s)
         try:
             try:
-                conn.connect(str(self.path))
-            except OSError as exc:
-                raise ControlUnavailable(_why_not(self.path, exc)) from None
-            try:
-                conn.sendall(encode(request))
+                # A server that refuses a connection (ServerBusy) answers and closes before it
+                # reads the request: its answer, already sent, says why.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    conn.sendall(encode(request))
                 with conn.makefile("rb") as stream:
                     line = stream.readline(MAX_LINE + 1)
             except TimeoutError:
@@ -109,6 +105,26 @@ class ControlClient:
         if not line:
             raise ControlUnavailable(f"the control socket {self.path} closed without an answer")
         return decode(line)
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        """A connection to the server. A listen queue that is full (EAGAIN: connections
+        arrive faster than the server takes them) is tried again for a while, since the
+        server takes or refuses each at once."""
+        deadline = time.monotonic() + min(timeout_s, CONNECT_WAIT_S)
+        pause = 0.01
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.settimeout(timeout_s)
+            try:
+                conn.connect(str(self.path))
+            except OSError as exc:
+                conn.close()
+                if exc.errno == errno.EAGAIN and time.monotonic() + pause < deadline:
+                    time.sleep(pause)  # a back-off between tries, not a wait for a state
+                    pause = min(pause * 2, 0.25)
+                    continue
+                raise ControlUnavailable(_why_not(self.path, exc)) from None
+            return conn
 
 
 class _Waiting(VortosError):
@@ -132,6 +148,12 @@ def _why_not(path: Path, exc: OSError) -> str:
         return (
             f"you may not connect to the control socket {path}: your account must be in the "
             "socket's group (ask whoever runs the scheduler to add you)"
+        )
+    if exc.errno == errno.EAGAIN:
+        return (
+            f"the control socket {path} took no connection for {CONNECT_WAIT_S:.0f}s: its "
+            "queue stayed full (the service is overloaded, or something floods it); try "
+            "again, and tell whoever runs the scheduler if it persists"
         )
     return f"cannot reach the control socket {path}: {exc}"
 

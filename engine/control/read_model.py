@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from engine.control.client import ControlClient, ControlUnavailable
+from engine.control.client import ControlClient
 from engine.control.codec import from_wire
-from engine.control.wire import ProtocolError
+from engine.control.wire import ControlUnavailable, ProtocolError
 from engine.domain.approvals import Approval
 from engine.domain.errors import StorageError
 from engine.domain.run import Run

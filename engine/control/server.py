@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import logging
 import os
 import pwd
@@ -19,10 +20,11 @@ import socketserver
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from engine.control.codec import to_wire
 from engine.control.reads import READS
@@ -41,6 +43,7 @@ from engine.control.wire import (
     MAX_LINE,
     VERSION,
     ProtocolError,
+    ServerBusy,
     decode,
     encode,
     error_to_json,
@@ -60,19 +63,43 @@ from engine.service import ScheduleService
 
 log = logging.getLogger("vortos.control")
 
-# After refusing a malformed request: how much more of it, and how long, to read before closing.
+# After refusing a malformed request: how much more of it, and how long (each read), to read
+# before closing; the whole discard also ends at the connection's request deadline.
 DISCARD_MAX = 16 * 1024 * 1024
 DISCARD_TIMEOUT_S = 2.0
 
 SOCKET_MODE = 0o660
-IDLE_TIMEOUT_S = 60.0  # a connection that sends nothing for this long is closed
-MAX_CONNECTIONS = 32  # at once; more wait in the listen backlog
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one connection, and one account, may hold of the server: so that no account can
+    take the socket from the others by holding connections open (root is not exempt: it
+    needs no socket to reach the service, and a root process can flood by mistake too).
+
+    Over either count a connection is answered at once with ServerBusy and closed: the
+    accept loop never waits for a slot, so the listen queue never fills with the waiting.
+    """
+
+    total: int = 128  # connections served at once, all accounts together
+    # One account's (by SO_PEERCRED uid). A console holds at most four at once (a refresh's
+    # read, a verb, an audit verification, the doctor); the rest is for its CLI and scripts.
+    per_account: int = 16
+    request_s: float = 10.0  # for a whole request line: from the connection's start or the
+    # previous answer, however the bytes trickle in (a client sends its line at once)
+    answer_s: float = 30.0  # for the client to take a whole answer
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process on the other end, from the kernel."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", raw)
+    return int(uid)
 
 
 def peer_account(conn: socket.socket) -> tuple[str, int]:
     """The account name and uid of the process on the other end, from the kernel."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", raw)
+    uid = peer_uid(conn)
     try:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -340,7 +367,8 @@ class _Connection(socketserver.StreamRequestHandler):
     server: _UnixServer
 
     def setup(self) -> None:
-        self.request.settimeout(IDLE_TIMEOUT_S)
+        self.limits = self.server.limits
+        self.request.settimeout(self.limits.request_s)
         super().setup()
 
     def handle(self) -> None:
@@ -359,9 +387,19 @@ class _Connection(socketserver.StreamRequestHandler):
             control.service, actor, control.audit, control.keys, control.read_model, control.doctor
         )
         while True:
+            # Wall time, not the service's Clock: this bounds what a socket holds of the
+            # server, and a scheduler's clock may stand still.
+            deadline = time.monotonic() + self.limits.request_s
             try:
-                line = self.rfile.readline(MAX_LINE + 1)
-            except (TimeoutError, OSError):
+                line = self._read_line(deadline)
+            except TimeoutError:
+                late = ProtocolError(
+                    f"no whole request within {self.limits.request_s:.0f}s: a request is one "
+                    "line, sent at once"
+                )
+                self._send({"ok": False, "error": error_to_json(late)})
+                return
+            except OSError:
                 return
             if not line:
                 return
@@ -369,7 +407,7 @@ class _Connection(socketserver.StreamRequestHandler):
                 request = decode(line)
             except ProtocolError as exc:
                 if self._send({"ok": False, "error": error_to_json(exc)}):
-                    self._discard_rest()
+                    self._discard_rest(deadline)
                 return  # the stream may be out of step: close it
             op = request.get("op")
             if op != "hello":
@@ -377,19 +415,48 @@ class _Connection(socketserver.StreamRequestHandler):
             if not self._send(answer(context, request)):
                 return
 
-    def _discard_rest(self) -> None:
-        """Read what the client still sends, up to its end (or a bound), before closing:
-        closing a socket with unread input resets it, and the client would lose the error
-        just sent instead of reading it."""
+    def _read_line(self, deadline: float) -> bytes:
+        """The next request line with its newline (at most MAX_LINE + 1 bytes: decode refuses
+        more), what came before the end of input, or b"" at its end. TimeoutError once
+        `deadline` passes, however slowly the bytes trickle in: a socket's timeout bounds
+        only each wait, and a byte now and then would hold the connection for ever."""
+        parts: list[bytes] = []
+        room = MAX_LINE + 1
+        while room > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            self.request.settimeout(left)
+            # What is buffered, or one receive's worth (rfile is buffered: rbufsize -1).
+            ready = cast("io.BufferedReader", self.rfile).peek(1)
+            if not ready:
+                break
+            end = ready.find(b"\n", 0, room)
+            take = end + 1 if end >= 0 else min(len(ready), room)
+            parts.append(self.rfile.read(take))  # from the buffer: no wait
+            room -= take
+            if end >= 0:
+                break
+        return b"".join(parts)
+
+    def _discard_rest(self, deadline: float) -> None:
+        """Read what the client still sends, up to its end (or a bound, or the request's
+        deadline), before closing: closing a socket with unread input resets it, and the
+        client would lose the error just sent instead of reading it."""
         with contextlib.suppress(OSError):
             self.request.shutdown(socket.SHUT_WR)
-            self.request.settimeout(DISCARD_TIMEOUT_S)
             left = DISCARD_MAX
-            while left > 0 and (chunk := self.rfile.read1(min(left, 65_536))):
+            while left > 0 and (wait := deadline - time.monotonic()) > 0:
+                self.request.settimeout(min(wait, DISCARD_TIMEOUT_S))
+                if not (chunk := self.rfile.read1(min(left, 65_536))):
+                    return
                 left -= len(chunk)
 
     def _send(self, message: Mapping[str, Any]) -> bool:
         try:
+            # sendall's timeout bounds the whole answer: a client that reads nothing frees
+            # its thread then.
+            self.request.settimeout(self.limits.answer_s)
             self.wfile.write(encode(message))
             self.wfile.flush()
         except OSError:
@@ -399,22 +466,87 @@ class _Connection(socketserver.StreamRequestHandler):
 
 class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
-    request_queue_size = 64
+    request_queue_size = 128  # connections the kernel queues until the accept loop takes them
 
-    def __init__(self, path: str, control: ControlServer) -> None:
+    def __init__(self, path: str, control: ControlServer, limits: ConnectionLimits) -> None:
         self.control = control
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.limits = limits
+        self._lock = threading.Lock()
+        self._served = 0  # connections with a thread, all accounts
+        self._by_uid: dict[int, int] = {}  # the same, by account
+        self._holder: dict[socket.socket, int] = {}  # each served connection's account
+        self._warned: set[int | None] = set()  # logged until under the cap again (None: total)
         super().__init__(path, _Connection, bind_and_activate=False)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        self._slots.acquire()
-        super().process_request(request, client_address)
+        # In the accept loop: nothing here waits for a client (or a name service).
+        try:
+            uid = peer_uid(request)
+        except OSError:
+            uid = -1  # answered in handle(), which asks again; counted as one account
+        refusal = self._admit(request, uid)
+        if refusal is not None:
+            self._refuse(request, refusal)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:  # no thread: the caller closes the connection
+            self._leave(request)
+            raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._leave(request)
+
+    def _admit(self, request: socket.socket, uid: int) -> ServerBusy | None:
+        """Count the connection in, or say why not."""
+        with self._lock:
+            held = self._by_uid.get(uid, 0)
+            if held >= self.limits.per_account:
+                self._warn(uid, "uid %d holds %d control connections: refusing more", uid, held)
+                return ServerBusy(
+                    f"too many connections from your account ({held} open): close some and retry"
+                )
+            if self._served >= self.limits.total:
+                self._warn(None, "%d control connections open: refusing more", self._served)
+                return ServerBusy(
+                    f"the server is busy: it serves {self._served} connections at once, its "
+                    "most; retry in a moment"
+                )
+            self._served += 1
+            self._by_uid[uid] = held + 1
+            self._holder[request] = uid
+        return None
+
+    def _leave(self, request: socket.socket) -> None:
+        with self._lock:
+            uid = self._holder.pop(request, None)
+            if uid is None:
+                return
+            self._served -= 1
+            left = self._by_uid[uid] - 1
+            if left:
+                self._by_uid[uid] = left
+            else:
+                del self._by_uid[uid]
+            self._warned.discard(uid)
+            self._warned.discard(None)
+
+    def _warn(self, key: int | None, message: str, *args: object) -> None:
+        # Once per flood, not once per refused connection: a flooder reconnects in a loop.
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
+
+    def _refuse(self, request: socket.socket, busy: ServerBusy) -> None:
+        """One error line, then close, without waiting: a new connection's send buffer takes
+        the line whole, and the kernel keeps it for the client to read after the close."""
+        with contextlib.suppress(OSError):
+            request.settimeout(0.0)  # never wait: a client that reads nothing gets nothing
+            request.send(encode({"ok": False, "error": error_to_json(busy)}))
+        self.shutdown_request(request)
 
 
 class ControlServer:
@@ -430,9 +562,11 @@ class ControlServer:
         keys: Callable[[], KeyRing] | None = None,
         read_model: Callable[[str], ReadModel] | None = None,
         doctor: Callable[[], Report] | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         """`read_model(operator)`: the console's read model narrowed to that operator (for the
-        console's reads; None: not served). `doctor`: the service's own health checks."""
+        console's reads; None: not served). `doctor`: the service's own health checks.
+        `limits`: what one account and one connection may hold (ConnectionLimits())."""
         if service.access is None:
             raise ValueError("a control socket serves operators: its service must check access")
         self.service = service
@@ -443,7 +577,7 @@ class ControlServer:
         self.doctor = doctor
         gid = None if group is None else group_id(group)
         _clear_stale(self.path)
-        self._server = _UnixServer(str(self.path), self)
+        self._server = _UnixServer(str(self.path), self, limits or ConnectionLimits())
         # Bind under a umask that already gives 0660, so there is no moment in which the
         # socket is open to everyone; then set the group and the mode exactly.
         old = os.umask(0o117)

@@ -32,6 +32,17 @@ class ProtocolError(VortosError):
     exit_code = 1
 
 
+class ControlUnavailable(VortosError):
+    """The control socket cannot be reached."""
+
+    exit_code = 1
+
+
+class ServerBusy(ControlUnavailable):
+    """The server refused a connection at once: it holds as many as it serves, or as many as
+    one account may hold (so that one account cannot take the socket from the others)."""
+
+
 def encode(message: Mapping[str, Any]) -> bytes:
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 

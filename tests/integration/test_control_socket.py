@@ -10,7 +10,9 @@ import pwd
 import socket
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,7 +26,14 @@ from engine import (
     ScheduleStatus,
     open_engine,
 )
-from engine.control import ControlServer, ControlUnavailable, RemoteService
+from engine.control import (
+    ControlClient,
+    ControlServer,
+    ControlUnavailable,
+    RemoteService,
+    ServerBusy,
+)
+from engine.control.server import ConnectionLimits
 from engine.control.wire import MAX_LINE, decode, encode, spec_to_json
 from engine.domain.access import Grant, PermissionDenied, Role
 from engine.domain.approvals import ApprovalRequired
@@ -278,6 +287,116 @@ def test_a_trusted_engine_cannot_serve_a_socket(tmp_path: Path, short_dir: Path)
         pytest.raises(ValueError, match="must check access"),
     ):
         ControlServer(engine.service, short_dir / "t.sock")
+
+
+# -- what one account and one connection may hold ---------------------------------------------
+
+
+@contextmanager
+def limited(served: tuple[Engine, Path, Path], limits: ConnectionLimits) -> Iterator[Path]:
+    """The served database on a second socket, with these limits."""
+    server_engine, _, path = served
+    other = path.with_name("limited.sock")
+    with ControlServer(server_engine.service, other, limits=limits):
+        yield other
+
+
+def _hold(path: Path, count: int) -> list[socket.socket]:
+    """`count` connections that have sent half a request, as a flooder's."""
+    held = []
+    for _ in range(count):
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(str(path))
+        conn.sendall(b'{"v":1,')
+        held.append(conn)
+    return held
+
+
+def _refusal(path: Path, within_s: float = 60.0) -> tuple[ServerBusy, float]:
+    """The ServerBusy a call gets once the server has counted the held connections (it
+    takes them in its accept loop, after their connect returned), and how long it took."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        start = time.monotonic()
+        try:
+            ControlClient(path).call("hello")
+        except ServerBusy as busy:
+            return busy, time.monotonic() - start
+    pytest.fail(f"no call was refused within {within_s:.0f}s")
+
+
+def _served_again(path: Path, within_s: float = 60.0) -> None:
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            answer = ControlClient(path).call("hello")
+        except ServerBusy:
+            if time.monotonic() > deadline:
+                raise
+        else:
+            assert answer["operator"] == ME
+            return
+
+
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        pytest.param(
+            ConnectionLimits(total=64, per_account=2, request_s=120),
+            "too many connections from your account (2 open): close some and retry",
+            id="per-account",  # this account is root: root is not exempt
+        ),
+        pytest.param(
+            ConnectionLimits(total=2, per_account=16, request_s=120),
+            "the server is busy: it serves 2 connections at once, its most; retry in a moment",
+            id="total",
+        ),
+    ],
+)
+def test_a_connection_over_the_limit_is_refused_at_once_in_one_line_not_queued(
+    served: tuple[Engine, Path, Path], limits: ConnectionLimits, expected: str
+) -> None:
+    """Promise: the accept loop never waits for a slot. Held connections would keep a queued
+    call waiting for their request deadline (120s); a refused one is answered at once."""
+    with limited(served, limits) as path:
+        held = _hold(path, 2)
+        busy, took = _refusal(path)
+        assert str(busy) == expected
+        assert took < 30, took
+        result = run_cli("schedule", "list", env={"VORTOS_CONTROL_SOCKET": str(path)})
+        assert result.code == 1, result.stderr
+        assert result.stderr.strip() == f"error: {expected}"
+        for conn in held:
+            conn.close()
+        _served_again(path)
+
+
+def test_the_request_deadline_runs_from_the_previous_answer_however_the_bytes_trickle(
+    served: tuple[Engine, Path, Path],
+) -> None:
+    """Promise: a connection that sends a byte now and then (each well within a receive's
+    timeout) is cut off once its request has not arrived whole within the deadline."""
+    with limited(served, ConnectionLimits(request_s=2)) as path:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(30)
+        conn.connect(str(path))
+        conn.sendall(encode({"v": 1, "op": "hello"}))
+        with conn.makefile("rb") as stream:
+            assert decode(stream.readline())["ok"] is True
+        answered = time.monotonic()
+        conn.settimeout(0.25)
+        last = b""
+        for byte in b'{"v":1,"op":"hello"' + b" " * 1000:
+            try:
+                last = conn.recv(65_536)  # the answer is one small line: one receive
+            except TimeoutError:
+                conn.sendall(bytes([byte]))
+                continue
+            break
+        cut_after = time.monotonic() - answered
+        conn.close()
+    assert 1.5 <= cut_after <= 30, cut_after
+    assert "no whole request within 2s" in decode(last)["error"]["message"]
 
 
 # -- the CLI through the socket ---------------------------------------------------------------
