@@ -18,6 +18,8 @@ _BIDI = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
 # Category Cc is exactly these two ranges (C0 with DEL, and C1).
 _CONTROL = (*range(0x00, 0x20), *range(0x7F, 0xA0))
 _LAYOUT = (ord("\n"), ord("\t"))
+# Every code point that can steer a terminal, newline and tab included.
+STEERING_CODES = frozenset((*_CONTROL, *_BIDI))
 
 
 def _spelled(code: int) -> str:
@@ -26,7 +28,7 @@ def _spelled(code: int) -> str:
 
 
 _VISIBLE: dict[int, str] = {
-    code: _spelled(code) for code in (*_CONTROL, *_BIDI) if code not in _LAYOUT
+    code: _spelled(code) for code in sorted(STEERING_CODES) if code not in _LAYOUT
 }
 # On one line a newline (or a tab) is as visible as the rest, so it cannot forge a line.
 _VISIBLE_ON_ONE_LINE: dict[int, str] = {**_VISIBLE, ord("\n"): "\\n", ord("\t"): "\\t"}

@@ -12,7 +12,7 @@ from engine.domain.approvals import Approval, ApprovalState
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import iso_utc
 from vortos_tui.cli.context import open_existing, open_for_read, operator
-from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
+from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, one_line, say, stdout
 
 app = typer.Typer(
     help="Four-eyes approvals of sensitive changes: list, show, approve, reject.",
@@ -80,7 +80,7 @@ def list_(
     for column in ("ID", "STATE", "OPERATION", "SCHEDULE", "REQUESTED BY", "EXPIRES (UTC)"):
         table.add_column(column)
     for a in found:
-        table.add_row(
+        cells = (
             a.id,
             a.state_at(now).value,
             a.operation.value,
@@ -88,6 +88,7 @@ def list_(
             a.requested_by,
             iso_utc(a.expires_at),
         )
+        table.add_row(*map(one_line, cells))
     stdout.print(table)
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from engine.control import RemoteService
 from engine.domain.audit import ChainPoint, parse_point
@@ -23,7 +24,7 @@ from engine.governance.audit import (
 from engine.governance.keys import key_source, load_keyring, rotate_key_file
 from vortos_tui.cli.context import open_existing, open_for_read, operator, state
 from vortos_tui.cli.files import private_output
-from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
+from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, one_line, say, stdout
 
 app = typer.Typer(
     help="The audit chains: verify, export, tail; rotate the key.", no_args_is_help=True
@@ -68,12 +69,14 @@ def _report(result: Verification, as_json: bool) -> None:
         for report in result.chains:
             table.add_row(
                 report.chain,
-                "[green]intact[/]" if report.intact else "[bold red]BROKEN[/]",
+                Text("intact", style="green")
+                if report.intact
+                else Text("BROKEN", style="bold red"),
                 str(report.head.seq),
                 str(report.checked),
                 str(report.trusted_through) if report.trusted_through else "-",
                 "-" if report.problem is None else str(report.problem.seq),
-                "-" if report.problem is None else report.problem.reason,
+                "-" if report.problem is None else one_line(report.problem.reason),
             )
         stdout.print(table)
     broken = [r for r in result.chains if not r.intact]
@@ -216,14 +219,10 @@ def tail(
     for column in ("AT (UTC)", "CHAIN", "SEQ", "EVENT", "ACTOR", "SLOT KEY / DATA"):
         table.add_column(column)
     for entry in entries:
-        table.add_row(
-            iso_utc(entry.at),
-            entry.chain,
-            str(entry.seq),
-            entry.event,
-            entry.actor,
-            entry.slot_key or ", ".join(f"{k}={v}" for k, v in sorted(entry.data.items())),
-        )
+        data = entry.slot_key or ", ".join(f"{k}={v}" for k, v in sorted(entry.data.items()))
+        # One row per entry: a newline in a stored note must not start a forged one.
+        cells = (iso_utc(entry.at), entry.chain, str(entry.seq), entry.event, entry.actor, data)
+        table.add_row(*map(one_line, cells))
     stdout.print(table)
 
 

@@ -7,13 +7,16 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
+from rich.text import Text
 from typer._click.exceptions import ClickException
 
+from engine.domain.control_chars import STEERING_CODES, visible
 from engine.domain.errors import VortosError
 from engine.domain.redact import scrub
 
@@ -25,15 +28,55 @@ Exit codes: 0 ok · 1 error (storage, unexpected) · 2 usage or invalid input ·
 P = ParamSpec("P")
 R = TypeVar("R")
 
-stdout = Console(highlight=False, soft_wrap=False)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class PlainConsole(Console):
+    """A console that the text it shows cannot steer.
+
+    What we print holds stored text from other people and programs (notes, reasons, metadata,
+    payloads, a run's output tail, audit data, plug-in names). Rich removes only BEL, BS, VT,
+    FF and CR; an ESC or a C1 character would reach the terminal and could erase a line and
+    forge another, set the title or clear the screen. So every control character (and bidi
+    override) is spelled out visibly (ESC as the four characters \\x1b): in each string before
+    Rich measures it, and in every segment written, whatever renderable (a Text too) made it.
+    Markup and emoji codes are off: stored text is shown as written, never as styling or a
+    hyperlink."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(markup=False, emoji=False, highlight=False, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(visible(text), **kwargs)
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        for segment in super().render(renderable, options):
+            # Control segments are Rich's own (cursor moves it means); their text is not ours.
+            yield segment if segment.control else segment._replace(text=visible(segment.text))
+
+
+stdout = PlainConsole(soft_wrap=False)
+stderr = PlainConsole(stderr=True, soft_wrap=True)
+
+
+def one_line(text: str) -> str:
+    """Stored text shown on one line (a table cell, a `key value` line): a newline in it is
+    spelled \\n, so it cannot start a line of its own that looks like ours."""
+    return visible(text, one_line=True)
+
 
 log = logging.getLogger("vortos.cli")
 
 
+# json.dumps escapes C0 but writes DEL, C1 (U+009B is a CSI) and bidi overrides raw; JSON read
+# in a terminal is shown too, so they are written as \u escapes (the same string to a parser).
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in STEERING_CODES if code >= 0x7F}
+
+
 def emit_json(value: Any) -> None:
     """Only JSON goes to stdout under --json, so `| jq` always works."""
-    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+    text = json.dumps(value, indent=2, ensure_ascii=False).translate(_JSON_ESCAPES)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

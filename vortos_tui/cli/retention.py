@@ -12,7 +12,7 @@ from engine.domain.timeutil import iso_utc
 from engine.ports.retention import RetentionOverride
 from engine.retention import PruneReport
 from vortos_tui.cli.context import open_existing, open_for_read, operator
-from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
+from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, one_line, say, stdout
 
 app = typer.Typer(
     help="Run-history retention: per-tenant overrides and legal holds (admins change them).",
@@ -112,7 +112,8 @@ def show(ctx: typer.Context, as_json: Json = False) -> None:
     for column in ("TENANT", "KEPT", "REASON", "SET BY", "SET AT"):
         table.add_column(column)
     for o in view.overrides:
-        table.add_row(o.tenant, _kept(o.days), o.reason or "", o.set_by, iso_utc(o.set_at))
+        cells = (o.tenant, _kept(o.days), o.reason or "", o.set_by, iso_utc(o.set_at))
+        table.add_row(*map(one_line, cells))
     stdout.print(table)
 
 

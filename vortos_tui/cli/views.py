@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from engine import Fire, Run, Schedule, ScheduleStatus
+from engine.domain.control_chars import visible
 from engine.domain.schedule import canonical_json
 from engine.domain.timeutil import format_duration, iso_local, iso_utc
 from engine.service import BackfillReport, PreviewSlot
+from vortos_tui.cli.output import one_line
 
 
 def _instant(ms: int | None) -> str | None:
@@ -88,9 +93,8 @@ def schedules_table(schedules: list[Schedule], now_ms: int) -> Table:
             due = in_words(s.next_fire_at - now_ms)
         status = s.status.value + (" (override)" if s.override else "")
         status += " (sensitive)" if s.sensitive else ""
-        table.add_row(
-            s.name, s.tenant, next_fire, due, status, s.trigger.describe(), s.timezone, s.command
-        )
+        cells = (s.name, s.tenant, next_fire, due, status, s.trigger.describe(), s.timezone)
+        table.add_row(*map(one_line, (*cells, s.command)))
     return table
 
 
@@ -161,7 +165,8 @@ def schedule_table(s: Schedule, now_ms: int) -> Table:
         ("updated", data["updated_at"]),
     ]
     for key, value in rows:
-        table.add_row(key, value)
+        # One line each: a note's or a metadata value's newline must not start a forged row.
+        table.add_row(one_line(key), one_line(value))
     return table
 
 
@@ -239,10 +244,17 @@ def run_table(r: Run) -> Table:
     ):
         value = data[key]
         if value is not None:
-            table.add_row(key.replace("_", " "), str(value))
+            table.add_row(key.replace("_", " "), one_line(str(value)))
     if r.output:
-        table.add_row("output", r.output)
+        table.add_row("output", output_block(r.output))
     return table
+
+
+def output_block(output: str) -> Panel:
+    """A program's output tail keeps its lines, fenced: every line (a folded one too) sits
+    inside the frame, so none of it can pass for a line of ours."""
+    shown = Text(visible(output.rstrip("\n")))
+    return Panel(shown, box=box.SQUARE, expand=False, padding=(0, 1))
 
 
 def fire_json(f: Fire, now_ms: int) -> dict[str, Any]:
@@ -273,7 +285,7 @@ def fires_table(fires: list[Fire], now_ms: int) -> Table:
             iso_utc(f.slot_at),
             str(f.attempts),
             "" if f.discarded_at is None else in_words(f.discarded_at - now_ms),
-            f.discard_reason or "",
+            one_line(f.discard_reason or ""),
         )
     return table
 

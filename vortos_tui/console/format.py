@@ -9,6 +9,7 @@ from cron_descriptor import FormatException, Options, get_description
 from rich.text import Text
 
 from engine import CronTrigger, IntervalTrigger, OneShotTrigger, RecentRun, RunState, Trigger
+from engine.domain.control_chars import visible
 from engine.domain.timeutil import format_duration, local
 
 STATE_STYLE: dict[str, str] = {
@@ -25,6 +26,29 @@ STATE_STYLE: dict[str, str] = {
 }
 # Bar heights by duration; colour by outcome. A run with no duration (never started) is a dot.
 _BARS = "▁▂▃▄▅▆▇█"
+
+
+def plain(value: Text | str, *, one_line: bool = False) -> Text:
+    """Stored text as the console may show it: Textual writes an ESC, a C1 character or a
+    bidi override in a cell straight to the terminal (it cleared the screen, set the title and
+    reordered a line), so each is spelled out (ESC as the four characters \\x1b), styles kept;
+    with `one_line` a newline too, so a note cannot start a forged row of a facts grid."""
+    if isinstance(value, str):
+        return Text(visible(value, one_line=one_line))
+    source = value.plain
+    cuts = [i for i, ch in enumerate(source) if visible(ch, one_line=one_line) != ch]
+    if not cuts:
+        return value
+    shown = value.blank_copy()
+    for part in value.divide(sorted({*cuts, *(i + 1 for i in cuts)})):
+        spelled = visible(part.plain, one_line=one_line)
+        piece = part
+        if spelled != part.plain:  # one character, spelled out in the styles it had
+            piece = Text(spelled)
+            for span in part.spans:
+                piece.stylize(span.style)
+        shown.append_text(piece)
+    return shown
 
 
 def state_text(state: str) -> Text:

@@ -14,7 +14,7 @@ from textual.widgets.data_table import CellDoesNotExist
 
 from engine import Overview
 from vortos_tui.console.context import ConsoleContext, NodeRole
-from vortos_tui.console.format import clock_time, in_words
+from vortos_tui.console.format import clock_time, in_words, plain
 
 ROLE_STYLE = {
     NodeRole.LEADER: "bold green",
@@ -215,10 +215,9 @@ class PagedTable(DataTable[Text | str]):
         Only cells that changed are written: every write drops the table's render cache, and
         rewriting a whole page on each refresh cost more than reading it."""
         # Plain strings become Text here: the table would parse a str as markup on every paint
-        # (slower, and a "[" in a name would be taken for a style).
-        rows = [
-            (key, tuple(Text(c) if isinstance(c, str) else c for c in cells)) for key, cells in rows
-        ]
+        # (slower, and a "[" in a name would be taken for a style). Every list's cells pass
+        # here, so here stored text loses what could steer the terminal (see `plain`).
+        rows = [(key, tuple(plain(c, one_line=True) for c in cells)) for key, cells in rows]
         keys = [key for key, _ in rows]
         if keys == list(self._shown):
             columns = list(self.columns)

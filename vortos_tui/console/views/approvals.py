@@ -15,7 +15,7 @@ from textual.widgets import Static
 from engine import Approval, ApprovalState, ReadModel
 from engine.domain.access import Operation
 from vortos_tui.console.context import ConsoleContext
-from vortos_tui.console.format import in_words, instant
+from vortos_tui.console.format import in_words, instant, plain
 from vortos_tui.console.views.base import LiveView
 from vortos_tui.console.views.registry import ViewSpec, register_view
 from vortos_tui.console.views.verbs import refused_id
@@ -40,7 +40,8 @@ def change_lines(approval: Approval) -> Text:
         if key == "schedule":
             continue
         rendered = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
-        out.append(f"+ {key}: {rendered}\n", style="green")
+        out.append_text(plain(Text(f"+ {key}: {rendered}", style="green"), one_line=True))
+        out.append("\n")
     return out
 
 

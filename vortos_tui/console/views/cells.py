@@ -10,7 +10,14 @@ from rich.text import Text
 from engine import Run, RunState, Schedule, ScheduleStatus
 from engine.domain.schedule import ScheduleOrigin
 from engine.governance.deadman import Verdict, judge
-from vortos_tui.console.format import duration, full_instant, in_words, instant, state_text
+from vortos_tui.console.format import (
+    duration,
+    full_instant,
+    in_words,
+    instant,
+    plain,
+    state_text,
+)
 
 Cells = tuple[Text | str, ...]
 
@@ -105,5 +112,6 @@ def facts(rows: list[tuple[str, Text | str]]) -> Table:
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
     for label, value in rows:
-        grid.add_row(label, value)
+        # One line per fact: a newline in a note must not start a forged fact.
+        grid.add_row(label, plain(value, one_line=True))
     return grid

@@ -11,7 +11,7 @@ from textual.widgets import Static
 from engine import ReadModel, RunDetail, StorageError
 from engine.domain.timeutil import iso_utc
 from vortos_tui.console.context import ConsoleContext
-from vortos_tui.console.format import full_instant, state_text
+from vortos_tui.console.format import full_instant, plain, state_text
 from vortos_tui.console.views.base import LiveView
 from vortos_tui.console.views.cells import facts, lateness, run_duration
 
@@ -79,14 +79,14 @@ class RunDetailView(LiveView):
         self.query_one("#record", Static).update(facts(rows))
         error = run.error or (fire.last_error if fire is not None else None)
         self.query_one("#error", Static).update(
-            Panel(Text(error, style="red"), title="error", title_align="left")
+            Panel(plain(Text(error, style="red")), title="error", title_align="left")
             if error
             else Text("")
         )
         output = run.output or ""
         self.query_one("#output", Static).update(
             Panel(
-                Text(tail(output)) if output else Text("(no output)", style="dim"),
+                plain(tail(output)) if output else Text("(no output)", style="dim"),
                 title=f"output (last {OUTPUT_TAIL_LINES} lines)",
                 title_align="left",
             )
