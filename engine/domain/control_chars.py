@@ -33,6 +33,16 @@ _VISIBLE: dict[int, str] = {
 # On one line a newline (or a tab) is as visible as the rest, so it cannot forge a line.
 _VISIBLE_ON_ONE_LINE: dict[int, str] = {**_VISIBLE, ord("\n"): "\\n", ord("\t"): "\\t"}
 _UNSAFE = frozenset(map(chr, _VISIBLE))
+_UNSAFE_ON_ONE_LINE = _UNSAFE | {"\n", "\t"}
+
+
+def steering(text: str, *, one_line: bool = False) -> list[int]:
+    """Where in `text` the characters are that `visible` would spell out (none, at C speed,
+    for the printable text that nearly every cell is)."""
+    if text.isprintable():  # no Cc, Cf or separator character: nothing to spell
+        return []
+    unsafe = _UNSAFE_ON_ONE_LINE if one_line else _UNSAFE
+    return [i for i, ch in enumerate(text) if ch in unsafe]
 
 
 def visible(text: str, *, one_line: bool = False) -> str:

@@ -9,7 +9,7 @@ from cron_descriptor import FormatException, Options, get_description
 from rich.text import Text
 
 from engine import CronTrigger, IntervalTrigger, OneShotTrigger, RecentRun, RunState, Trigger
-from engine.domain.control_chars import visible
+from engine.domain.control_chars import steering, visible
 from engine.domain.timeutil import format_duration, local
 
 STATE_STYLE: dict[str, str] = {
@@ -33,10 +33,11 @@ def plain(value: Text | str, *, one_line: bool = False) -> Text:
     bidi override in a cell straight to the terminal (it cleared the screen, set the title and
     reordered a line), so each is spelled out (ESC as the four characters \\x1b), styles kept;
     with `one_line` a newline too, so a note cannot start a forged row of a facts grid."""
+    # Every cell of every list passes here on each refresh: look first, spell only if needed.
+    source = value if isinstance(value, str) else value.plain
+    cuts = steering(source, one_line=one_line)
     if isinstance(value, str):
-        return Text(visible(value, one_line=one_line))
-    source = value.plain
-    cuts = [i for i, ch in enumerate(source) if visible(ch, one_line=one_line) != ch]
+        return Text(visible(value, one_line=one_line) if cuts else value)
     if not cuts:
         return value
     shown = value.blank_copy()
