@@ -9,37 +9,28 @@ Needs root (to create the accounts with useradd); skipped with a reason otherwis
 from __future__ import annotations
 
 import json
-import os
 import re
-import secrets
-import shutil
-import socket
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from engine import IntervalTrigger, RunKind, ScheduleSpec, SystemClock, open_engine
+from engine import Engine, IntervalTrigger, RunKind, ScheduleSpec, open_engine
 from engine.domain.access import Grant, Role
 from engine.domain.approvals import ApprovalState
 from engine.domain.audit import tenant_chain
 from engine.domain.timeutil import HOUR_MS
 from engine.ports.runs import RunQuery
+from tests.security.deployment import Deployment, accounts, deployment, needs_root
 
-ROOT = Path(__file__).resolve().parents[2]
 # Long enough for the four CLI processes between a request and its approval on a loaded machine
 # (each starts Python and drops privileges; 3 s expired a request before bob approved it).
 APPROVAL_TTL_S = 15
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("useradd") is None or shutil.which("groupadd") is None,
-    reason="creates two Unix accounts with useradd: run the tests as root (CI does) to enable",
-)
+pytestmark = needs_root
 
 
 @dataclass(frozen=True)
@@ -51,138 +42,54 @@ class Site:
     bob: str
     db: Path
     sock: Path
+    served: Deployment
+    outsider: str
 
 
-def _sh(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=30)
-
-
-@pytest.fixture
-def accounts() -> Iterator[tuple[str, str, str]]:
-    suffix = secrets.token_hex(3)
-    group, alice, bob = f"vtops{suffix}", f"vta{suffix}", f"vtb{suffix}"
-    _sh("groupadd", group)
-    try:
-        for user in (alice, bob):
-            _sh("useradd", "-M", "-N", "-g", group, "-s", "/usr/sbin/nologin", user)
-        yield group, alice, bob
-    finally:
-        for user in (alice, bob):
-            subprocess.run(["userdel", user], capture_output=True, check=False, timeout=30)
-        subprocess.run(["groupdel", group], capture_output=True, check=False, timeout=30)
-
-
-def _wait_for_socket(path: Path, server: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"vortos run exited {server.returncode}:\n{log.read_text()}")
-        if path.exists():
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(str(path))
-            except OSError:
-                pass
-            else:
-                return
-            finally:
-                probe.close()
-        time.sleep(0.05)
-    pytest.fail(f"the control socket never appeared:\n{log.read_text()}")
-
-
-@pytest.fixture
-def site(accounts: tuple[str, str, str]) -> Iterator[Site]:
-    group, alice, bob = accounts
-    gid = int(
-        subprocess.run(
-            ["getent", "group", group], capture_output=True, text=True, check=True
-        ).stdout.split(":")[2]
-    )
-    base = Path(tempfile.mkdtemp(prefix="vt-e2e-", dir="/tmp"))
-    try:
-        os.chown(base, 0, gid)
-        base.chmod(0o750)  # the operators may read in here, not write
-        db = base / "vortos.db"
-        with open_engine(db, clock=SystemClock()) as trusted:  # set up by the service account
-            now = trusted.clock.now_ms()
-            for name, sensitive in (("payroll", True), ("report", False)):
-                trusted.service.create(
-                    ScheduleSpec(
-                        name,
-                        IntervalTrigger(HOUR_MS, now + HOUR_MS),
-                        "noop",
-                        tenant="acme",
-                        sensitive=sensitive,
-                    ),
-                    actor="root",
-                )
-            for who, role, tenant in (
-                ("root", Role.ADMIN, "*"),
-                (alice, Role.OPERATOR, "acme"),
-                (bob, Role.APPROVER, "acme"),
-            ):
-                trusted.storage.operators.grant(Grant(who, role, tenant), by="root", at=now)
-        os.chown(db, 0, gid)
-        db.chmod(0o640)
-        assert oct(Path(f"{db}.audit-key").stat().st_mode & 0o777) == "0o600"
-        sock = base / "control.sock"
-        log = base / "server.log"
-        with log.open("wb") as out:
-            server = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "vortos_tui.cli",
-                    "--db",
-                    str(db),
-                    "run",
-                    "--control-socket",
-                    str(sock),
-                    "--control-group",
-                    group,
-                    "--approval-ttl",
-                    f"{APPROVAL_TTL_S}s",
-                    "--no-consume",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=ROOT,
+def _seed(alice: str, bob: str) -> Callable[[Engine], None]:
+    def seed(trusted: Engine) -> None:  # set up by the service account
+        now = trusted.clock.now_ms()
+        for name, sensitive in (("payroll", True), ("report", False)):
+            trusted.service.create(
+                ScheduleSpec(
+                    name,
+                    IntervalTrigger(HOUR_MS, now + HOUR_MS),
+                    "noop",
+                    tenant="acme",
+                    sensitive=sensitive,
+                ),
+                actor="root",
             )
-        try:
-            _wait_for_socket(sock, server, log)
-            yield Site(group, alice, bob, db, sock)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+        for who, role, tenant in (
+            ("root", Role.ADMIN, "*"),
+            (alice, Role.OPERATOR, "acme"),
+            (bob, Role.APPROVER, "acme"),
+        ):
+            trusted.storage.operators.grant(Grant(who, role, tenant), by="root", at=now)
+
+    return seed
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    """The README's layout (tests/security/deployment.py): the database and key the service
+    account's, the operators in the socket's group, `vortos run --control-socket` serving."""
+    with (
+        accounts() as made,
+        deployment(
+            made,
+            _seed(made.alice, made.bob),
+            run_args=("--approval-ttl", f"{APPROVAL_TTL_S}s", "--no-consume"),
+        ) as served,
+    ):
+        assert oct(Path(f"{served.db}.audit-key").stat().st_mode & 0o777) == "0o600"
+        yield Site(made.group, made.alice, made.bob, served.db, served.sock, served, made.outsider)
 
 
 def as_account(
     site: Site, user: str, *args: str, env: dict[str, str] | None = None, socket_on: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    environment = {"PATH": os.environ.get("PATH", ""), "COLUMNS": "200", **(env or {})}
-    if socket_on:
-        environment["VORTOS_CONTROL_SOCKET"] = str(site.sock)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.integration.as_account",
-            user,
-            "--",
-            "--db",
-            str(site.db),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-        env=environment,
-    )
+    return site.served.as_account(user, *args, env=env, socket_on=socket_on)
 
 
 def request_id(stderr: str) -> str:
@@ -296,12 +203,7 @@ def test_without_the_socket_an_operator_cannot_write_the_database(site: Site) ->
 
 
 def test_an_account_outside_the_group_cannot_connect(site: Site) -> None:
-    outsider = f"vtx{secrets.token_hex(3)}"
-    _sh("useradd", "-M", "-s", "/usr/sbin/nologin", outsider)
-    try:
-        result = as_account(site, outsider, "approvals", "list")
-        # It cannot even read the database directory, let alone reach the socket.
-        assert result.returncode != 0
-        assert "Traceback" not in result.stderr
-    finally:
-        subprocess.run(["userdel", outsider], capture_output=True, check=False, timeout=30)
+    result = as_account(site, site.outsider, "approvals", "list")
+    # It cannot even read the database directory, let alone reach the socket.
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
