@@ -43,6 +43,7 @@ from engine.runtime.consumer import (
 )
 from engine.runtime.daemon import (
     DEFAULT_LEASE_TTL_MS,
+    DEFAULT_LOOKAHEAD_MS,
     DEFAULT_TENANT_CAP,
     DaemonConfig,
     SchedulerDaemon,
@@ -114,7 +115,7 @@ class Engine:
         *,
         node_id: str | None = None,
         lease_ttl_ms: int = DEFAULT_LEASE_TTL_MS,
-        lookahead_ms: int = 0,
+        lookahead_ms: int = DEFAULT_LOOKAHEAD_MS,
         on_dispatch: Callable[[DispatchReport], None] | None = None,
         tenant_cap: int | None = DEFAULT_TENANT_CAP,
         observer: Observer | None = None,

@@ -186,7 +186,9 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("shards", 1, _integer(1, 64), "lease shards: leaders dispatching disjoint sets"),
     Setting("lease_ttl", 15_000, _duration(1_000, 600_000), "leader lease time to live", _ms),
-    Setting("lookahead", 0, _duration(0, 10_000), "dispatch slots this long before due", _ms),
+    # The daemon's DEFAULT_LOOKAHEAD_MS (a test keeps them equal; not imported, so reading the
+    # settings does not load the runtime).
+    Setting("lookahead", 1_000, _duration(0, 10_000), "dispatch slots this long before due", _ms),
     Setting("tenant_cap", 200, _integer(0, 1_000_000), "one tenant's share of a dispatch batch"),
     Setting("consumers", 4, _integer(1, 256), "consumer threads per process"),
     Setting("claim_ttl", 60_000, _duration(1_000, 86_400_000), "a claim's time to live", _ms),

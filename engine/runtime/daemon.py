@@ -24,7 +24,7 @@ from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.domain.errors import LeaseError, StorageError, VortosError
 from engine.domain.misfire import SlotPlan, plan_slots
-from engine.domain.schedule import Schedule, ScheduleStatus
+from engine.domain.schedule import MisfirePolicy, Schedule, ScheduleStatus
 from engine.domain.timeutil import format_duration, iso_utc
 from engine.observability.observer import (
     NULL_OBSERVER,
@@ -54,6 +54,11 @@ DEFAULT_BATCH = 2_000  # fires per dispatch transaction
 DEFAULT_TENANT_CAP = 200
 MAX_IDLE_MS = 60_000
 MAX_LOOKAHEAD_MS = 10_000
+# Slots are dispatched this long before they are due, by default: a burst of thousands of slots
+# due at one instant is written before that instant, not after it (see DaemonConfig). Their
+# fires become claimable only at the due instant, and a claim skips the fire of a schedule
+# paused or deleted meanwhile. Long enough to write 10,000 fires with room to spare.
+DEFAULT_LOOKAHEAD_MS = 1_000
 # No dispatch once this share of the TTL has passed without a successful renewal: the lease
 # may be about to pass to someone else.
 RENEWAL_GUARD = 0.9
@@ -82,8 +87,9 @@ class DaemonConfig:
     # Dispatch slots up to this long before they are due. Their fires still become available
     # at the due instant, so nothing runs early; a burst of thousands of slots due at the same
     # instant is then written before that instant instead of after it. A pause or a delete
-    # within the lookahead still stops the slot: consumers skip such fires at claim.
-    lookahead_ms: int = 0
+    # within the lookahead still stops the slot: consumers skip such fires at claim. Whether a
+    # slot was missed is judged at the real instant, never at the lookahead's horizon.
+    lookahead_ms: int = DEFAULT_LOOKAHEAD_MS
     # The shortest sleep after a dispatch transaction that found work.
     coalesce_ms: int = 10
     # While other tenants have schedules due, one tenant's backlog takes at most this many of
@@ -180,7 +186,7 @@ class SchedulerDaemon:
             return self._open_wait(now)
         observer = self._observer
         facts = DispatchFacts(now, time.time_ns(), 0.0, self.config.node_id)
-        resolve = resolver_at(horizon)
+        resolve = resolver_at(now, horizon)
         if observer.active:
             resolve = recording(resolve, facts)
         started = time.perf_counter()
@@ -428,8 +434,29 @@ class SchedulerDaemon:
             self._on_dispatch(report)
 
 
-def resolver_at(now_ms: int) -> Callable[[Schedule, int], SlotPlan]:
-    """How the daemon decides, at `now_ms`, which slots of a due schedule fire."""
+def resolver_at(now_ms: int, until_ms: int | None = None) -> Callable[[Schedule, int], SlotPlan]:
+    """How the daemon decides, at `now_ms`, which slots of a due schedule fire: those due by
+    `until_ms` (default `now_ms`; later by the lookahead).
+
+    A slot dispatched ahead is on time: whether a slot was missed (its grace) or is too old
+    (its maximum age) is judged at `now_ms`, not at `until_ms`, or a lookahead longer than a
+    schedule's grace would make every one of its slots "missed" (and, misfire `skip`, never
+    fired). plan_slots judges at the instant it is given, so each policy is given to it with
+    its grace and age lengthened by the lookahead: the same verdict, reached at `until_ms`."""
+    until = now_ms if until_ms is None else until_ms
+    ahead = until - now_ms
+    widened: dict[MisfirePolicy, MisfirePolicy] = {}
+
+    def judged_now(policy: MisfirePolicy) -> MisfirePolicy:
+        found = widened.get(policy)
+        if found is None:
+            found = widened[policy] = MisfirePolicy(
+                policy.kind,
+                policy.catch_up_cap,
+                policy.max_age_ms + ahead,
+                policy.grace_ms + ahead,
+            )
+        return found
 
     def resolve(schedule: Schedule, cursor: int) -> SlotPlan:
         return plan_slots(
@@ -437,8 +464,8 @@ def resolver_at(now_ms: int) -> Callable[[Schedule, int], SlotPlan]:
             trigger=schedule.trigger,
             tz=schedule.timezone,
             cursor_ms=cursor,
-            now_ms=now_ms,
-            policy=schedule.misfire,
+            now_ms=until,
+            policy=judged_now(schedule.misfire) if ahead > 0 else schedule.misfire,
             jitter_ms=schedule.jitter_ms,
         )
 

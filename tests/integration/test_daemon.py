@@ -65,7 +65,7 @@ def test_a_slot_is_dispatched_once_with_its_run_and_fire(
 
 def test_the_daemon_sleeps_until_the_next_due_slot(engine: Engine, clock: ManualClock) -> None:
     every_minute(engine)
-    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000, lookahead_ms=0)
     settle(daemon)
     clock.advance(20)
     assert daemon.step() == pytest.approx(40.0)
@@ -120,7 +120,7 @@ def test_no_dispatch_once_renewal_has_been_silent_for_most_of_the_ttl(
             ),
             actor="t",
         )
-        daemon = engine.daemon(node_id="a", lease_ttl_ms=10_000)
+        daemon = engine.daemon(node_id="a", lease_ttl_ms=10_000, lookahead_ms=0)
         settle(daemon)
         # apsw, not the stdlib sqlite3: two SQLite libraries in one process do not see each
         # other's locks.
@@ -259,7 +259,7 @@ def test_jitter_delays_each_slot_by_a_stable_offset_within_the_window(
         ),
         actor="t",
     )
-    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000)
+    daemon = engine.daemon(node_id="a", lease_ttl_ms=600_000, lookahead_ms=0)
     settle(daemon)
     due = engine.service.get("spread").next_fire_at
     assert due is not None

@@ -77,11 +77,12 @@ def run(
         str,
         typer.Option(
             "--lookahead",
-            help="Dispatch slots up to this long before they are due (0 to 10s); their fires "
-            "still become available at the due instant. Helps bursts of thousands of slots due "
-            "at once (a pause within it still stops the slot: consumers skip it).",
+            help="Dispatch slots up to this long before they are due (0 to 10s, default 1s); "
+            "their fires still become available at the due instant, so a burst of thousands of "
+            "slots due at once is written before it. A pause or delete within it still stops "
+            "the slot (consumers skip it at claim). 0: dispatch at the due instant.",
         ),
-    ] = "0",
+    ] = "1s",
     tenant_cap: Annotated[
         int,
         typer.Option(
