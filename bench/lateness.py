@@ -1,8 +1,9 @@
 """Firing lateness: 1,000 schedules every second for 30 s on the system clock (`--quick`: 5 s).
 
-Lateness is the wall clock after the dispatch commit returned minus the slot instant. Run with
-all schedules on one anchor (1,000 slots due at the same instant each second) and with the
-anchors spread over the second.
+Lateness is the wall clock after the dispatch commit returned minus the slot instant (from the
+instant for a fire written ahead of it). The daemon's defaults (its 1 s lookahead); run with all
+schedules on one anchor (1,000 slots due at the same instant each second) and with the anchors
+spread over the second.
 """
 
 from __future__ import annotations
