@@ -8,6 +8,7 @@ from typing import Any
 
 from engine.commands.process import ProcessAllowlist, process_command
 from engine.commands.registry import CommandRegistry
+from engine.retention.audit_upkeep import anchor_command
 from engine.retention.command import sweep_command
 
 log = logging.getLogger("vortos.commands")
@@ -34,4 +35,5 @@ def builtin_commands(process_allowlist: ProcessAllowlist | None = None) -> Comma
     registry.add(process_command(allowlist))
     # The retention sweeper's: each registry has its own, attached to the engine opened with it.
     registry.add(sweep_command())
+    registry.add(anchor_command())  # the audit chain's external anchors (audit_upkeep)
     return registry

@@ -22,6 +22,7 @@ from engine.domain.clock import Clock
 from engine.domain.schedule import MisfireKind, MisfirePolicy, OverlapPolicy, ScheduleSpec
 from engine.domain.triggers import CronTrigger
 from engine.ports.storage import Storage
+from engine.retention.audit_upkeep import archive_after_sweep, attach_anchor
 from engine.retention.report import PruneReport
 from engine.retention.settings import (
     DEFAULT_BATCH_SIZE,
@@ -68,11 +69,15 @@ class SweepCommand:
         dead_letter_days: int = DEFAULT_DEAD_LETTER_DAYS,
         batch_size: int = DEFAULT_BATCH_SIZE,
         budget_s: int = DEFAULT_BUDGET_S,
+        audit_archive_dir: str | None = None,
+        audit_archive_days: int | None = None,
         *,
         fire: FireContext,
     ) -> dict[str, Any]:
         """Prune run history past its retention (per-tenant overrides and legal holds
-        apply). Returns the prune report, kept as the run's output."""
+        apply), then, with `audit_archive_dir`, archive and prune the old audit entries.
+        Returns the prune report (with the archive's under `audit_archive`), kept as the
+        run's output."""
         with self._lock:
             target, on_report = self._target, self._on_report
         if target is None:
@@ -88,7 +93,9 @@ class SweepCommand:
                 f"the {SWEEP_COMMAND} command is attached to another database than this "
                 "fire's: give each engine its own command registry (builtin_commands())"
             )
-        settings = RetentionSettings(days, dead_letter_days, batch_size, budget_s)
+        settings = RetentionSettings(
+            days, dead_letter_days, batch_size, budget_s, audit_archive_dir, audit_archive_days
+        )
         report = RetentionSweeper(storage, clock).sweep(
             settings, actor=SWEEP_ACTOR, trigger="scheduled", wait=fire.wait_cancelled
         )
@@ -97,7 +104,12 @@ class SweepCommand:
                 on_report(report)
             except Exception:  # a listener's failure (metrics, say) must not fail the sweep
                 log.exception("the prune report listener failed")
-        return report.to_json()
+        output = report.to_json()
+        if not report.truncated:
+            archived = archive_after_sweep(storage, clock, settings)
+            if archived is not None:
+                output["audit_archive"] = archived
+        return output
 
 
 def _check(payload: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +136,7 @@ def attach_sweeper(
     """Point the registry's built-in sweep command at `storage` (a writable one), with
     `on_report` called with each sweep's report (for metrics: per tenant the runs and fires
     removed, the duration, whether it was truncated)."""
+    attach_anchor(commands, storage, clock)
     if storage.readonly or SWEEP_COMMAND not in commands:
         return
     owner = getattr(commands.get(SWEEP_COMMAND).run, "__self__", None)

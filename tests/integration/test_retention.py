@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,7 +94,7 @@ def with_fires(engine: Engine, run_ids: list[int]) -> list[int]:
     return [r for r in run_ids if engine.storage.fire_queue.get(r) is not None]
 
 
-def prune(engine: Engine, **settings: int) -> PruneReport:
+def prune(engine: Engine, **settings: Any) -> PruneReport:
     return engine.service.prune(actor="ops", settings=RetentionSettings(**settings))
 
 
@@ -514,7 +515,7 @@ def test_removing_an_override_that_does_not_exist_is_not_found(engine: Engine) -
     "settings",
     [{"days": -3}, {"dead_letter_days": -1}, {"batch_size": 0}, {"budget_s": -1}],
 )
-def test_bad_sweeper_settings_are_refused(settings: dict[str, int]) -> None:
+def test_bad_sweeper_settings_are_refused(settings: dict[str, Any]) -> None:
     with pytest.raises(InvalidInput):
         RetentionSettings(**settings)
 

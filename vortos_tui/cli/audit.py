@@ -243,3 +243,9 @@ def rotate_key(ctx: typer.Context) -> None:
         )
     key_id = rotate_key_file(path)
     say(f"new audit signing key {key_id} added to {where}; keep a backup of the file")
+
+
+# `archive` and `anchor` (vortos_tui.cli.audit_archive): the chain's retention and anchors.
+from vortos_tui.cli.audit_archive import register  # noqa: E402
+
+register(app)
