@@ -1,9 +1,22 @@
 """FireQueueConsumer: claim fires, run their commands on worker threads, settle each one.
 
 One loop thread talks to the store (claim, heartbeat, settle); `concurrency` worker threads
-run commands. A fire is claimed only when a worker is free, so a claimed fire starts at once
-and its claim's deadline means something. Long commands are kept claimed by heartbeats; a
-consumer that dies simply stops heartbeating, and its fires are claimed again after the TTL.
+run commands. Long commands are kept claimed by heartbeats; a consumer that dies simply stops
+heartbeating, and its fires are claimed again after the TTL.
+
+Group commit. Every step writes one transaction: everything that finished since the last one
+is settled in it (whatever claims the fires came from), and the next claim is taken in the same
+transaction. Workers wake the loop only when a batch worth a transaction has finished or their
+queue runs low, and a finished fire waits at most SETTLE_LINGER_MS for its settle.
+
+Prefetch. Once the consumer has seen its commands finish quickly, a claim takes more fires
+than there are free workers: as many as the workers are expected to start within
+PREFETCH_WAIT_MS (the average run time so far, or the oldest running command's time if that is
+longer), at most `prefetch`. The next claim is taken while the workers run the queue, before it
+runs dry. A prefetched fire is claimed like a running one (overlap and pause were checked at
+its claim; its claim is heartbeated), and its expected wait is far inside the claim TTL
+(at least 1 s): the deadline still means that a consumer that dies gives its fires up. A fire
+asked to stop (cancel-other) before a worker took it is settled without running.
 """
 
 from __future__ import annotations
@@ -13,6 +26,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,12 +42,35 @@ from engine.observability.observer import NULL_OBSERVER, Observer
 from engine.ports.enqueuer import Enqueuer
 from engine.ports.fire_queue import Claim, Fire, FireQuery, Outcome, Settlement, SettleReport
 from engine.ports.storage import Storage
-from engine.runtime.executor import CancelReason, abandoned_too_often, execute, hand_over
+from engine.runtime.executor import (
+    CancelReason,
+    abandoned_too_often,
+    execute,
+    hand_over,
+    unstarted,
+)
 from engine.runtime.storage_retry import StorageRetry
 
 log = logging.getLogger("vortos.consumer")
 
 DEFAULT_CONCURRENCY = 4
+# At most this many fires claimed beyond the free workers (see the module's docstring).
+DEFAULT_PREFETCH = 256
+MAX_PREFETCH = 4096
+# A prefetched fire is expected to start within this long of its claim: far inside any claim
+# TTL (MIN_CLAIM_TTL_MS), so that a claim's deadline keeps its meaning.
+PREFETCH_WAIT_MS = 100
+# Prefetch only once this many runs were timed: a few fast ones say little about the rest.
+PREFETCH_AFTER_RUNS = 32
+# The weight of the newest run in the average run time.
+RUN_TIME_WEIGHT = 0.2
+# Workers wake the loop when this many settlements wait (or their queue runs low, or they go
+# idle); the loop settles at the latest this long after a fire finished.
+SETTLE_BATCH = 64
+SETTLE_LINGER_MS = 5
+# Fires waiting in the queue are asked whether they were cancelled this often (running ones
+# at every step).
+QUEUED_CANCEL_LOOK_S = 0.2
 DEFAULT_CLAIM_TTL_MS = 60_000
 MIN_CLAIM_TTL_MS = 1_000
 DEFAULT_GRACE_MS = 30_000
@@ -49,10 +86,13 @@ class ConsumerConfig:
     claim_ttl_ms: int = DEFAULT_CLAIM_TTL_MS
     grace_ms: int = DEFAULT_GRACE_MS
     idle_wait_ms: int = IDLE_WAIT_MS
+    prefetch: int = DEFAULT_PREFETCH  # 0: claim only for free workers
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 256:
             raise ValueError("consumer concurrency must be between 1 and 256")
+        if not 0 <= self.prefetch <= MAX_PREFETCH:
+            raise ValueError(f"the consumer prefetch must be between 0 and {MAX_PREFETCH}")
         if self.claim_ttl_ms < MIN_CLAIM_TTL_MS:
             raise ValueError("the claim TTL must be at least 1s")
         if self.grace_ms < 0:
@@ -65,7 +105,15 @@ class _InFlight:
     token: str
     ctx: FireContext
     claimed_till: int
-    ran_s: float | None = None  # how long the command ran (set by its worker thread)
+    # perf_counter when a worker took it, and how long the command ran (None: it did not
+    # run); both set by its worker thread.
+    started: float | None = None
+    ran_s: float | None = None
+
+    @property
+    def finished_at(self) -> float:
+        """perf_counter when its command ended (or would have started)."""
+        return (self.started or 0.0) + (self.ran_s or 0.0)
 
 
 @dataclass(slots=True)
@@ -97,12 +145,15 @@ class FireQueueConsumer:
         self._enqueuer = enqueuer
         self._clock = clock
         self._commands = commands
+        # An enqueuer takes every command: the broker's workers know them.
+        self._claimable: list[str] | None = None if enqueuer is not None else commands.names()
         self.config = config
         self._on_settle = on_settle
         self._observer = observer or NULL_OBSERVER
         self._inflight: dict[int, _InFlight] = {}
         self._jobs: queue.SimpleQueue[_InFlight | None] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[tuple[str, Settlement]] = queue.SimpleQueue()
+        # Appended by workers, taken by the loop (deque appends and pops are atomic).
+        self._done: deque[tuple[_InFlight, Settlement]] = deque()
         # Settlements taken from _done whose transaction failed: tried again first, so a
         # finished command is never mistaken for a running one (and never run again).
         self._unsent: dict[str, list[Settlement]] = {}
@@ -110,6 +161,15 @@ class FireQueueConsumer:
         self._stopping = threading.Event()
         self._workers: list[threading.Thread] = []
         self._lock = threading.Lock()
+        # Workers wake the loop once their queue is down to this (set with each claim).
+        self._refill_at = 0
+        # How long commands run: the average of the runs timed so far, and how many.
+        self._run_s = 0.0
+        self._timed = 0
+        # The last claim took fewer fires than asked: nothing more is claimable until a
+        # commit elsewhere, a poke, or the next wake-up (see _may_claim).
+        self._drained = False
+        self._looked_queued = 0.0  # monotonic time queued fires were last asked about
         self.stats = ConsumerStats()
 
     # -- life cycle -------------------------------------------------------------------------
@@ -131,12 +191,15 @@ class FireQueueConsumer:
         try:
             while not self._stopping.is_set():
                 try:
-                    delay = self.step()
+                    delay = self._step()
                     retry.succeeded()
                     if delay > 0 and not self._stopping.is_set():
                         # The wait reads the database too: its failure is retried like a
                         # step's (a claimed fire is safe meanwhile: its claim expires).
-                        self._storage.changes.wait(delay, self._wake)
+                        woke = self._storage.changes.wait(delay, self._wake)
+                        if not woke or not self._wake.is_set():
+                            # The time came, or another process committed: look again.
+                            self._drained = False
                 except StorageError as exc:
                     # Raises once the file stays unreadable: in-flight fires are then not
                     # settled here, and are claimed again when their claims expire.
@@ -149,6 +212,7 @@ class FireQueueConsumer:
     def poke(self) -> None:
         """Look at the queue now: a daemon in this process just dispatched (another process's
         commit is noticed through the change feed)."""
+        self._drained = False
         self._wake.set()
 
     def stop(self) -> None:
@@ -169,28 +233,32 @@ class FireQueueConsumer:
 
     @property
     def busy(self) -> int:
-        """Fires claimed and not yet settled."""
+        """Fires claimed and not yet settled (running, or waiting for a worker)."""
         return len(self._inflight)
 
     @property
     def unsettled(self) -> int:
         """Fires whose command finished and whose settlement is not written yet."""
-        return self._done.qsize() + sum(len(batch) for batch in self._unsent.values())
+        return len(self._done) + sum(len(batch) for batch in self._unsent.values())
 
     # -- one iteration ----------------------------------------------------------------------
 
     def step(self) -> float:
-        """Settle what finished, heartbeat what runs, claim for idle workers; return how long
-        to wait (seconds) before the next step."""
+        """Settle what finished, heartbeat what runs, claim for idle workers (and, once the
+        commands are known to be quick, ahead of them); return how long to wait (seconds)
+        before the next step."""
+        self._drained = False  # a caller stepping by hand always looks at the queue
+        return self._step()
+
+    def _step(self) -> float:
         self.start()
         self._heartbeat()
         self._watch_cancellations()
-        finished = self._collect_finished()
         if self._stopping.is_set():
-            self._send(finished)
+            self._send(self._collect_finished())
             decided = 0
         else:
-            decided = self._settle_and_claim(finished)
+            decided = self._settle_and_claim()
         if decided:
             return 0.0
         now = self._clock.now_ms()
@@ -198,7 +266,11 @@ class FireQueueConsumer:
         if self._inflight:
             soonest = min(f.claimed_till for f in self._inflight.values())
             wake = min(wake, soonest - self._renew_margin())
-        if len(self._inflight) < self.config.concurrency:
+            if self._done:
+                # A finished fire waits for its settle at most SETTLE_LINGER_MS.
+                waited = time.perf_counter() - self._done[0][0].finished_at
+                return max(0.001, SETTLE_LINGER_MS / 1000 - waited)
+        if self._drained or len(self._inflight) < self.config.concurrency:
             upcoming = self._storage.fire_queue.next_available_at()
             if upcoming is not None:
                 wake = min(wake, upcoming)
@@ -254,26 +326,34 @@ class FireQueueConsumer:
         return sum(len(batch) for batch in finished.values())
 
     def _collect_finished(self) -> dict[str, list[Settlement]]:
-        """What finished (and what could not be sent before), by claim token."""
+        """What finished (and what could not be sent before), by claim token; the run times
+        go into the average."""
         by_token, self._unsent = self._unsent, {}
-        while True:
-            try:
-                token, settlement = self._done.get_nowait()
-            except queue.Empty:
-                return by_token
-            by_token.setdefault(token, []).append(settlement)
+        done = self._done
+        while done:
+            item, settlement = done.popleft()
+            by_token.setdefault(item.token, []).append(settlement)
+            if item.ran_s is not None:
+                self._timed += 1
+                self._run_s += (item.ran_s - self._run_s) * (
+                    1.0 if self._timed == 1 else RUN_TIME_WEIGHT
+                )
+        return by_token
 
     def _send(self, finished: dict[str, list[Settlement]]) -> None:
-        for token, settlements in list(finished.items()):
-            try:
-                report = self._storage.fire_queue.settle(
-                    token, self.config.consumer_id, settlements
-                )
-            except StorageError:
-                self._keep(finished)
-                raise
-            del finished[token]
-            self._settled(settlements, report)
+        """Settle `finished`, every claim's together, in one transaction."""
+        if not finished:
+            return
+        try:
+            reports, _ = self._storage.fire_queue.settle_and_claim(
+                finished, consumer=self.config.consumer_id, ttl_ms=self.config.claim_ttl_ms, limit=0
+            )
+        except StorageError:
+            self._keep(finished)
+            raise
+        for token, settlements in finished.items():
+            self._settled(settlements, reports[token])
+        finished.clear()
 
     def _keep(self, finished: dict[str, list[Settlement]]) -> None:
         for token, settlements in finished.items():
@@ -281,53 +361,84 @@ class FireQueueConsumer:
 
     # -- internals --------------------------------------------------------------------------
 
-    def _settle_and_claim(self, finished: dict[str, list[Settlement]]) -> int:
-        """Settle what finished and claim for the free workers, in one transaction."""
-        ending = sum(len(batch) for batch in finished.values())
-        free = self.config.concurrency - len(self._inflight) + ending
-        if free <= 0:
-            self._send(finished)
+    def _prefetch(self) -> int:
+        """How many fires to claim beyond the workers: what they are expected to start within
+        PREFETCH_WAIT_MS, judged by the runs timed so far and the oldest one running."""
+        if self.config.prefetch == 0 or self._timed < PREFETCH_AFTER_RUNS:
             return 0
+        slowest = self._run_s
+        now = time.perf_counter()
+        for item in self._inflight.values():
+            if item.started is not None and item.ran_s is None:
+                slowest = max(slowest, now - item.started)
+        per_worker = PREFETCH_WAIT_MS / 1000 / max(slowest, 1e-6)
+        return min(self.config.prefetch, int(self.config.concurrency * per_worker))
+
+    def _ripe(self) -> bool:
+        """Whether the finished fires are worth a transaction now: a batch of them, or all
+        that is in flight, or one that has waited SETTLE_LINGER_MS."""
+        done = self._done
+        if not done:
+            return bool(self._unsent)
+        if len(done) >= SETTLE_BATCH or len(done) >= len(self._inflight):
+            return True
+        return time.perf_counter() - done[0][0].finished_at >= SETTLE_LINGER_MS / 1000
+
+    def _settle_and_claim(self) -> int:
+        """Settle what finished and claim for the free workers (and ahead of them), in one
+        transaction."""
+        unsent = sum(len(batch) for batch in self._unsent.values())
+        held = len(self._inflight) - len(self._done) - unsent  # running, or waiting
+        concurrency = self.config.concurrency
+        ahead = self._prefetch()
+        want = concurrency + ahead - held
+        # Claim in batches: when the workers' queue is low (or the workers are free), not for
+        # every fire that finished.
+        if want <= 0 or self._drained or self._jobs.qsize() > min(concurrency, ahead // 2):
+            if self._ripe():
+                self._send(self._collect_finished())
+            return 0
+        finished = self._collect_finished()
         try:
             reports, claim = self._storage.fire_queue.settle_and_claim(
                 finished,
                 consumer=self.config.consumer_id,
                 ttl_ms=self.config.claim_ttl_ms,
-                limit=free,
-                # An enqueuer takes every command: the broker's workers know them.
-                commands=None if self._enqueuer is not None else self._commands.names(),
+                limit=want,
+                commands=self._claimable,
             )
         except StorageError:
             self._keep(finished)
             raise
         for token, settlements in finished.items():
             self._settled(settlements, reports[token])
+        unrun = len(claim.skipped) + len(claim.cancelled)
+        self._drained = len(claim.fires) + unrun < want
         for rid, why in {**claim.skipped, **claim.cancelled}.items():
             log.info("run %d not run: %s", rid, why)
         if self._observer.active:
             self._observer.claimed(claim, self._unrun(claim))
+        self._refill_at = min(concurrency, ahead // 2)
         refused: list[Settlement] = []
+        inflight, jobs, token, till = self._inflight, self._jobs, claim.token, claim.claimed_till
         for fire in claim.fires:
             poisoned = (
                 abandoned_too_often(fire, self._retry_policy(fire), self._clock)
                 if fire.abandoned_count
                 else None
             )
+            item = _InFlight(fire, token, _context(fire), till)
+            # In flight until settled (a poisoned one too, for its settlement below).
+            inflight[fire.run_id] = item
             if poisoned is not None:
-                # Settled below without running; in flight until then, for its settlement.
-                self._inflight[fire.run_id] = _InFlight(
-                    fire, claim.token, _context(fire), claim.claimed_till
-                )
                 refused.append(poisoned)
-                continue
-            item = _InFlight(fire, claim.token, _context(fire), claim.claimed_till)
-            self._inflight[fire.run_id] = item
-            self._jobs.put(item)
+            else:
+                jobs.put(item)
         self.stats.claimed += len(claim.fires)
         if refused:
-            self._settle(claim.token, refused)
+            self._send({claim.token: refused})
         # Fires skipped or cancelled at claim took room in the batch: more may be waiting.
-        return len(claim.fires) + len(claim.skipped) + len(claim.cancelled)
+        return len(claim.fires) + unrun
 
     def _unrun(self, claim: Claim) -> list[Fire]:
         """The fires a claim skipped or cancelled, read for the observer's labels (a read,
@@ -348,9 +459,10 @@ class FireQueueConsumer:
         if not self._inflight:
             return
         now = self._clock.now_ms()
+        margin = self._renew_margin()
         due: dict[str, list[int]] = {}
         for rid, item in self._inflight.items():
-            if item.claimed_till - now <= self._renew_margin():
+            if item.claimed_till - now <= margin:
                 due.setdefault(item.token, []).append(rid)
         for token, ids in due.items():
             report = self._storage.fire_queue.heartbeat(token, self.config.claim_ttl_ms, ids)
@@ -370,8 +482,21 @@ class FireQueueConsumer:
                     lost.ctx.cancel(CancelReason.LOST_CLAIM)
 
     def _watch_cancellations(self) -> None:
-        """Pass cancel-other requests to running commands promptly (a read, not a write)."""
-        running = [rid for rid, item in self._inflight.items() if not item.ctx.cancelled]
+        """Pass cancel-other requests to running commands promptly, and now and then to fires
+        waiting for a worker (a read, not a write)."""
+        if not self._inflight:
+            return
+        every = time.monotonic()
+        queued_too = every - self._looked_queued >= QUEUED_CANCEL_LOOK_S
+        if queued_too:
+            self._looked_queued = every
+        running = [
+            rid
+            for rid, item in self._inflight.items()
+            if item.ran_s is None
+            and not item.ctx.cancelled
+            and (queued_too or item.started is not None)
+        ]
         if not running:
             return
         for rid in self._storage.fire_queue.cancel_requested(running):
@@ -379,20 +504,21 @@ class FireQueueConsumer:
             if item is not None:
                 item.ctx.cancel(CancelReason.OVERLAP)
 
-    def _settle(self, token: str, settlements: list[Settlement]) -> None:
-        self._send({token: settlements})
-
     def _settled(self, settlements: list[Settlement], report: SettleReport) -> None:
         observe = self._observer.active
         stale = set(report.stale) if observe and report.stale else ()
+        talk = log.isEnabledFor(logging.INFO)
+        inflight = self._inflight
+        by_outcome = self.stats.by_outcome
         for s in settlements:
-            item = self._inflight.pop(s.run_id, None)
-            if observe and item is not None:
+            item = inflight.pop(s.run_id, None)
+            state = s.run_state.value
+            by_outcome[state] = by_outcome.get(state, 0) + 1
+            if item is None:
+                continue
+            if observe:
                 self._observer.settled(item.fire, s, item.ran_s, acked=s.run_id not in stale)
-            self.stats.by_outcome[s.run_state.value] = (
-                self.stats.by_outcome.get(s.run_state.value, 0) + 1
-            )
-            if item is not None and log.isEnabledFor(logging.INFO):
+            if talk:
                 fire = item.fire
                 log.info(
                     "run %d %s/%s slot %s attempt %d: %s%s",
@@ -401,7 +527,7 @@ class FireQueueConsumer:
                     fire.schedule_name,
                     iso_utc(fire.slot_at),
                     fire.attempts,
-                    s.run_state.value,
+                    state,
                     f" ({s.error})" if s.error else "",
                 )
         self.stats.settled += len(report.acked)
@@ -417,18 +543,31 @@ class FireQueueConsumer:
 
     def _work(self) -> None:
         runner = asyncio.Runner()
+        jobs, done, wake = self._jobs, self._done, self._wake
+        observer = self._observer
         try:
             while True:
-                item = self._jobs.get()
+                item = jobs.get()
                 if item is None:
                     return
-                started = time.perf_counter()
-                with self._observer.running(item.fire) as watch:
+                item.started = started = time.perf_counter()
+                if item.ctx.cancelled:
+                    # Asked to stop before it started (cancel-other, a shutdown, a lost claim).
+                    settlement = unstarted(item.fire, item.ctx, self._clock)
+                elif observer.active:
+                    with observer.running(item.fire) as watch:
+                        settlement = self._run(item, runner.run)
+                        item.ran_s = time.perf_counter() - started
+                        watch.finished(settlement, item.ran_s)
+                else:
                     settlement = self._run(item, runner.run)
                     item.ran_s = time.perf_counter() - started
-                    watch.finished(settlement, item.ran_s)
-                self._done.put((item.token, settlement))
-                self._wake.set()
+                done.append((item, settlement))
+                # Wake the loop: for the first settlement waiting (it starts the linger), for
+                # a batch worth a transaction, and before the queue runs dry.
+                waiting = len(done)
+                if waiting == 1 or waiting >= SETTLE_BATCH or jobs.qsize() <= self._refill_at:
+                    wake.set()
         finally:
             runner.close()
 

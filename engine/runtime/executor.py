@@ -143,6 +143,12 @@ def _cancelled(
     )
 
 
+def unstarted(fire: Fire, ctx: FireContext, clock: Clock) -> Settlement:
+    """The settlement of a fire asked to stop before its command started (it waited for a
+    worker): cancelled by cancel-other, or given back (a shutdown, a lost claim)."""
+    return _cancelled(fire, ctx, clock)
+
+
 def hand_over(
     enqueuer: Enqueuer, fire: Fire, retry: Callable[[], RetryPolicy], clock: Clock
 ) -> Settlement:

@@ -39,6 +39,18 @@ _IDS = "(SELECT value FROM json_each(?))"
 _SETTLE_FIRE = {outcome: settle_fire_sql(outcome, "?") for outcome in Outcome}
 _SETTLE_RUN = settle_run_sql("?")
 _STALE_ACK = stale_ack_sql("?")
+# Settling many fires alike in one statement: the ones whose change is the same for all but
+# the run id (the ids bound as one JSON list), and their runs, bound as [[id, finished], ...].
+_ONE_STATEMENT = frozenset({Outcome.COMPLETE, Outcome.RELEASE})
+_SETTLE_FIRES = {
+    outcome: settle_fire_sql(outcome, "?").removesuffix("WHERE run_id = ?")
+    + f"WHERE run_id IN {_IDS}"
+    for outcome in _ONE_STATEMENT
+}
+_SETTLE_RUNS = (
+    "UPDATE runs SET state = ?, error = NULL, output = NULL, exit_code = NULL, "
+    "finished_at = j.value ->> 1 FROM json_each(?) AS j WHERE runs.id = j.value ->> 0"
+)
 
 
 class SqliteFireQueue(SqlFireQueue[ConnectionPool]):
@@ -201,9 +213,31 @@ class SqliteFireQueue(SqlFireQueue[ConnectionPool]):
     def _write_settle(conn: apsw.Connection, token: str, plan: SettlePlan) -> None:
         # The token was matched in this write transaction, which no other writer can enter.
         for outcome, values in plan.fires.items():
-            conn.executemany(_SETTLE_FIRE[outcome], values)
-        conn.executemany(_SETTLE_RUN, plan.runs)
-        conn.executemany(_STALE_ACK, plan.stale)
+            if outcome in _ONE_STATEMENT and len(values) > 1:
+                # The same change for every fire of the batch: one statement, not one each.
+                when = values[0][:-1]
+                conn.execute(_SETTLE_FIRES[outcome], (*when, json.dumps([v[-1] for v in values])))
+            else:
+                conn.executemany(_SETTLE_FIRE[outcome], values)
+        # A run that ended with nothing to record beyond its state and end (a no-op's, say):
+        # one statement per state for the batch. The rest (errors, output) one by one.
+        plain: dict[str, list[list[int | None]]] = {}
+        detailed: list[tuple[Any, ...]] = []
+        for run in plan.runs:
+            state, error, output, exit_code, finished, run_id = run
+            if error is None and output is None and exit_code is None:
+                plain.setdefault(state, []).append([run_id, finished])
+            else:
+                detailed.append(run)
+        for state, ended in plain.items():
+            if len(ended) == 1:
+                detailed.append((state, None, None, None, ended[0][1], ended[0][0]))
+            else:
+                conn.execute(_SETTLE_RUNS, (state, json.dumps(ended)))
+        if detailed:
+            conn.executemany(_SETTLE_RUN, detailed)
+        if plan.stale:
+            conn.executemany(_STALE_ACK, plan.stale)
 
     # -- operators --------------------------------------------------------------------------
 
