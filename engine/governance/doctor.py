@@ -273,6 +273,7 @@ def default_checks() -> list[Check]:
     """Every check, in the order the doctor reports them."""
     # Imported here: the checks import this module's types.
     from engine.governance import checks as c  # noqa: PLC0415
+    from engine.governance.anchor_checks import AnchorAge  # noqa: PLC0415
     from engine.governance.plugin_checks import PluginsHealth, PluginsServing  # noqa: PLC0415
 
     return [
@@ -297,6 +298,7 @@ def default_checks() -> list[Check]:
         c.Overdue(),
         c.DeadManTolerances(),
         *GOVERNANCE_CHECKS,
+        AnchorAge(),
         PluginsServing(),
         PluginsHealth(),
     ]

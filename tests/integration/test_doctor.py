@@ -41,6 +41,7 @@ from engine.plugins import select_plugins
 from engine.ports.fire_queue import Outcome, Settlement
 from engine.ports.lease import shard_lease
 from engine.ports.plugin_state import PluginHealth
+from engine.retention.audit_upkeep import ANCHOR_SCHEDULE, ANCHOR_TENANT, anchor_schedule
 from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT, retention_schedule
 from engine.runtime.consumer import FireQueueConsumer
 from engine.runtime.daemon import SchedulerDaemon
@@ -105,8 +106,9 @@ def site(tmp_path: Path) -> Iterator[Site]:
     clock = ManualClock(T0)
     with open_engine(db, clock=clock) as engine:
         engine.service.create(every_minute("report"), actor="setup")
-        engine.service.sync_static([retention_schedule()], actor="setup")
+        engine.service.sync_static([retention_schedule(), anchor_schedule()], actor="setup")
         engine.service.trigger(SWEEP_SCHEDULE, tenant=SWEEP_TENANT, actor="setup")
+        engine.service.trigger(ANCHOR_SCHEDULE, tenant=ANCHOR_TENANT, actor="setup")
         for who, role in (("admin", Role.ADMIN), ("bea", Role.APPROVER)):
             engine.storage.operators.grant(Grant(who, role), by="setup", at=T0)
         daemon = engine.daemon(node_id="n1", lease_ttl_ms=LEASE_TTL_MS)
@@ -353,6 +355,7 @@ def test_every_check_is_made_to_fail_by_some_test() -> None:
         "audit.key",  # tests/integration/test_doctor_governance.py
         "audit.chain",
         "governance.operators",
+        "audit.anchor_age",  # tests/integration/test_audit_anchors.py
         "clock.skew",  # tests/integration/test_doctor_postgres.py (PostgreSQL only)
     }
     assert {c.check_id for c in default_checks()} - covered == set()
