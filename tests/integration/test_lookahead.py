@@ -28,6 +28,7 @@ from engine import (
     ManualClock,
     MisfireKind,
     MisfirePolicy,
+    OneShotTrigger,
     RunState,
     SchedulerDaemon,
     ScheduleSpec,
@@ -307,3 +308,55 @@ def test_a_missed_slot_is_still_missed_with_the_lookahead(
     # On time: the 11 slots of the last 10 s (the grace) and the one due within the lookahead.
     assert fired == list(range(now - 10 * SECOND_MS, now + 2 * SECOND_MS, SECOND_MS))
     assert sum(r.skipped_missed for r in reports) == 30 - 12
+
+
+def run_daemon_for(daemon: SchedulerDaemon, clock: ManualClock, ms: int) -> None:
+    """The daemon's loop on the manual clock: each step, then the wait it asks for."""
+    end = clock.now_ms() + ms
+    while clock.now_ms() < end:
+        delay = daemon.step()
+        clock.advance(delay)
+
+
+def test_slots_spread_over_the_second_go_out_a_few_transactions_a_second_none_late(
+    engine: Engine, clock: ManualClock
+) -> None:
+    for i in range(50):
+        anchor = T0 + MINUTE_MS + i * 20  # 50 schedules every second, 20 ms apart
+        engine.service.create(
+            replace(spec(IntervalTrigger(SECOND_MS, anchor)), name=f"s{i}"), actor="t"
+        )
+    reports: list[DispatchReport] = []
+    daemon = daemon_of(engine, reports)
+    clock.set(SLOT - 2 * SECOND_MS)
+    run_daemon_for(daemon, clock, 12 * SECOND_MS)
+    fired = [f for r in reports for f in r.dispatched]
+    assert len(fired) >= 50 * 10
+    assert all(f.dispatched_at <= f.due_at for f in fired), "a slot was written after its instant"
+    # Without gathering, one transaction per slot instant: 50 a second here.
+    transactions = sum(1 for r in reports if r.dispatched)
+    assert transactions <= 6 * 12
+
+
+def test_a_slot_brought_forward_while_others_gather_is_not_late(
+    engine: Engine, clock: ManualClock
+) -> None:
+    """A commit wakes the daemon early (a schedule created, say): a slot due sooner than the
+    gathering lasts goes out before its instant."""
+    engine.service.create(spec(IntervalTrigger(SECOND_MS, SLOT)), actor="t")
+    reports: list[DispatchReport] = []
+    daemon = daemon_of(engine, reports)
+    clock.set(SLOT - 2 * SECOND_MS)
+    run_daemon_for(daemon, clock, 2 * SECOND_MS)
+    assert reports
+    assert any(r.dispatched for r in reports)
+    # Just after a dispatch: gathering. A new schedule's first slot is due in 100 ms.
+    daemon.step()
+    soon = clock.now_ms() + 100
+    engine.service.create(replace(spec(OneShotTrigger(soon)), name="soon"), actor="t")
+    reports.clear()
+    delay = daemon.step()  # woken by that commit
+    clock.advance(delay)
+    run_daemon_for(daemon, clock, 200)
+    (fire,) = [f for r in reports for f in r.dispatched if f.schedule_name == "soon"]
+    assert fire.dispatched_at <= fire.due_at == soon
