@@ -35,8 +35,16 @@ FIRE_INSERT_COLUMNS = (
 )
 
 
+# Stored values to their enums by a dict lookup: a claim decodes every fire and candidate it
+# reads, and calling the Enum is several times slower.
+_KINDS = {k.value: k for k in RunKind}
+_POLICIES = {p.value: p for p in OverlapPolicy}
+_ACTIVE = ScheduleStatus.ACTIVE.value
+
+
 def fire_from_row(r: tuple[Any, ...]) -> Fire:
     """A row of FIRE_COLUMNS as a Fire."""
+    payload = r[8]
     return Fire(
         run_id=r[0],
         tenant=r[1],
@@ -44,9 +52,9 @@ def fire_from_row(r: tuple[Any, ...]) -> Fire:
         schedule_name=r[3],
         slot_key=r[4],
         slot_at=r[5],
-        kind=RunKind(r[6]),
+        kind=_KINDS[r[6]],
         command=r[7],
-        payload=json.loads(r[8]),
+        payload={} if payload == "{}" else json.loads(payload),
         available_at=r[9],
         created_at=r[10],
         attempts=r[11],
@@ -143,9 +151,9 @@ def candidate_from_row(r: tuple[Any, ...]) -> Candidate:
     return Candidate(
         run_id=r[0],
         schedule_id=r[1],
-        kind=RunKind(r[2]),
-        policy=None if r[3] is None else OverlapPolicy(r[3]),
-        active=r[4] == ScheduleStatus.ACTIVE.value,
+        kind=_KINDS[r[2]],
+        policy=None if r[3] is None else _POLICIES[r[3]],
+        active=r[4] == _ACTIVE,
     )
 
 

@@ -384,6 +384,10 @@ class FireQueueConsumer:
             return True
         return time.perf_counter() - done[0][0].finished_at >= SETTLE_LINGER_MS / 1000
 
+    def _low(self, ahead: int) -> int:
+        """With `ahead` fires prefetched, the queue is refilled once down to this."""
+        return min(self.config.concurrency, ahead // 2)
+
     def _settle_and_claim(self) -> int:
         """Settle what finished and claim for the free workers (and ahead of them), in one
         transaction."""
@@ -394,7 +398,7 @@ class FireQueueConsumer:
         want = concurrency + ahead - held
         # Claim in batches: when the workers' queue is low (or the workers are free), not for
         # every fire that finished.
-        if want <= 0 or self._drained or self._jobs.qsize() > min(concurrency, ahead // 2):
+        if want <= 0 or self._drained or (ahead and self._jobs.qsize() > self._low(ahead)):
             if self._ripe():
                 self._send(self._collect_finished())
             return 0
@@ -418,7 +422,7 @@ class FireQueueConsumer:
             log.info("run %d not run: %s", rid, why)
         if self._observer.active:
             self._observer.claimed(claim, self._unrun(claim))
-        self._refill_at = min(concurrency, ahead // 2)
+        self._refill_at = self._low(ahead) if ahead else 0
         refused: list[Settlement] = []
         inflight, jobs, token, till = self._inflight, self._jobs, claim.token, claim.claimed_till
         for fire in claim.fires:
@@ -551,8 +555,8 @@ class FireQueueConsumer:
                 if item is None:
                     return
                 item.started = started = time.perf_counter()
-                if item.ctx.cancelled:
-                    # Asked to stop before it started (cancel-other, a shutdown, a lost claim).
+                if item.ctx.cancel_reason in _NOT_TO_START:
+                    # Superseded (cancel-other), or given back at a shutdown, before it started.
                     settlement = unstarted(item.fire, item.ctx, self._clock)
                 elif observer.active:
                     with observer.running(item.fire) as watch:
@@ -586,6 +590,11 @@ class FireQueueConsumer:
         if enqueuer is not None:
             return hand_over(enqueuer, fire, retry, self._clock)
         return execute(command, fire, item.ctx, retry, self._clock, runner)
+
+
+# A fire waiting for a worker is not started once asked to stop for these. (One whose claim
+# was lost runs, as a running one goes on: its settle is stale and counted so.)
+_NOT_TO_START = frozenset({CancelReason.OVERLAP, CancelReason.SHUTDOWN})
 
 
 def _context(fire: Fire) -> FireContext:

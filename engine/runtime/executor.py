@@ -61,7 +61,12 @@ def execute(
     if command is None:
         return _failed(fire, retry(), clock, f"command {fire.command!r} is not registered here")
     try:
-        payload = command.validate(fire.payload)
+        # Against the command as registered now (it may have changed since the fire was
+        # written). The payload's shape and size were checked when it was stored: only the
+        # command's own parameters and check are asked again.
+        payload = command.schema.validate(command.name, fire.payload)
+        if command.check is not None:
+            payload = command.check(payload)
     except InvalidInput as exc:
         return _final(fire, clock, RunState.FAILED, f"the payload no longer fits: {exc}")
     kwargs: dict[str, Any] = dict(payload)
