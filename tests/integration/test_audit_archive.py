@@ -401,7 +401,7 @@ def test_the_cli_archives_and_refuses_bad_input_changing_nothing(
         assert result.code == 2
         assert "not writable" in result.stderr
     conn = apsw.Connection(str(db))
-    assert conn.execute("SELECT count(*) FROM audit_entries").fetchone()[0] == OLD + 2
+    assert conn.execute("SELECT count(*) FROM audit_entries").fetchall() == [(OLD + 2,)]
     conn.close()
     # Everything older than 1 day (T0's entries, a day before the database's newest).
     result = run_cli(
