@@ -187,6 +187,7 @@ CREATE TABLE audit_entries (
     hash        TEXT NOT NULL,
     key_id      TEXT NOT NULL,
     signature   TEXT NOT NULL,
+    seal        TEXT,                       -- Ed25519, on openings, seals and rotations
     PRIMARY KEY (chain, seq)
 ) WITHOUT ROWID;
 
@@ -196,8 +197,9 @@ BEGIN
 END;
 
 CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
+WHEN OLD.seq > coalesce((SELECT seq FROM audit_anchors WHERE chain = OLD.chain), 0)
 BEGIN
-    SELECT RAISE(ABORT, 'the audit chain is append-only');
+    SELECT RAISE(ABORT, 'the audit chain is append-only: only archived entries may go');
 END;
 
 -- Every CHECKPOINT_EVERY entries: the chain's running hash at that entry, signed, so that a
@@ -219,6 +221,39 @@ CREATE TABLE audit_verified (
     verified_at INTEGER NOT NULL,
     key_id      TEXT NOT NULL,
     signature   TEXT NOT NULL
+) WITHOUT ROWID;
+
+-- The database's identity and its audit key lineage (engine.domain.audit_keys): epoch 0 is
+-- the root key, recorded by the first process that needs a key; each later epoch's public key
+-- is endorsed by the epoch before. Only public halves and fingerprints are stored.
+CREATE TABLE audit_identity (
+    one         INTEGER PRIMARY KEY CHECK (one = 1),
+    database_id TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE TABLE audit_keys (
+    epoch       INTEGER PRIMARY KEY,
+    key_id      TEXT NOT NULL UNIQUE,
+    public_key  TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind = 'root' OR kind = 'evolved' OR kind = 'rotated'),
+    started_at  INTEGER NOT NULL,
+    endorsement TEXT NOT NULL
+);
+-- Each chain and the sequence of its opening entry (the entries before it predate openings).
+CREATE TABLE audit_chains (
+    chain      TEXT PRIMARY KEY,
+    opened_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+-- Where each chain's archived part ends: the entries up to seq were sealed into an archive
+-- and may be pruned; verification resumes from this signed point.
+CREATE TABLE audit_anchors (
+    chain     TEXT PRIMARY KEY,
+    seq       INTEGER NOT NULL,
+    hash      TEXT NOT NULL,
+    key_id    TEXT NOT NULL,
+    at        INTEGER NOT NULL,
+    signature TEXT NOT NULL,
+    archive   TEXT NOT NULL
 ) WITHOUT ROWID;
 
 -- Operators and their roles, per tenant ('*': every tenant). The first account to change a

@@ -81,7 +81,8 @@ def fire_events(count: int, *, start: int = 0) -> list[AuditEvent]:
     for i in range(start, start + count):
         sid = uuid.uuid4().hex
         key = slot_key(sid, at, "UTC")
-        events.append(fired(DispatchedFire(i + 1, TENANT, sid, f"s-{i}", key, at, at, at, "n1")))
+        # One event per fire, as each fire had before batch entries (a chain to verify).
+        events += fired([DispatchedFire(i + 1, TENANT, sid, f"s-{i}", key, at, at, at, "n1")])
     return events
 
 
@@ -218,7 +219,7 @@ def seal_parts(count: int, keys: KeyRing) -> list[tuple[str, float]]:
         DispatchedFire(i + 1, TENANT, uuid.uuid4().hex, f"s-{i}", f"k{i}", 1, 1, 1, "n1")
         for i in range(count)
     ]
-    events = [fired(run) for run in runs]
+    events = [fired([run])[0] for run in runs]
     chain = tenant_chain(TENANT)
     at = now_ms()
     prev = "0" * 64
@@ -226,7 +227,7 @@ def seal_parts(count: int, keys: KeyRing) -> list[tuple[str, float]]:
 
     def build_events() -> None:
         for run in runs:
-            fired(run)
+            fired([run])
 
     def hash_only() -> None:
         for i, e in enumerate(events, start=1):
@@ -292,7 +293,7 @@ def append_batches(db: Path, batches: int, keys: KeyRing) -> Batches:
             events = fire_events(BATCH, start=b * BATCH)
             conn.execute("BEGIN IMMEDIATE")
             started = time.perf_counter()
-            append_in(conn, events, now_ms(), keys)
+            append_in(conn, events, now_ms(), engine.storage.audit, keys=keys)
             middle = time.perf_counter()
             conn.execute("COMMIT")
             spent.append(middle - started)
@@ -310,7 +311,7 @@ def profile_append_in(db: Path, keys: KeyRing) -> str:
     profiler = cProfile.Profile()
     try:
         with write_tx(conn):
-            profiler.runcall(append_in, conn, events, now_ms(), keys)
+            profiler.runcall(append_in, conn, events, now_ms(), engine.storage.audit, keys=keys)
     finally:
         engine.close()
     return profile_text(profiler, 18)

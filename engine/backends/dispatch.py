@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from engine.backends.codec import SCHEDULE_COLUMNS, schedule_from_row
 from engine.backends.sql import Row, SqlPool, first, scalar
-from engine.domain.audit import AuditEvent
+from engine.domain.audit import FIRES_DISPATCHED, AuditEvent, FiredRun, batch_data
 from engine.domain.errors import InvalidInput, LeaseExpired, LeaseNotOwned, VortosError
 from engine.domain.misfire import due_at
 from engine.domain.schedule import Schedule, canonical_json
@@ -45,15 +45,20 @@ Planned = tuple[DispatchedFire, str, str]
 Advance = tuple[int | None, int | None, str]
 
 
-def fired(run: DispatchedFire) -> AuditEvent:
-    return AuditEvent(
-        "fire.dispatched",
-        actor=run.node_id,
-        tenant=run.tenant,
-        schedule_id=run.schedule_id,
-        slot_key=run.slot_key,
-        data={"run": run.run_id, "slot_at": run.slot_at, "due_at": run.due_at},
-    )
+def fired(runs: Sequence[DispatchedFire]) -> list[AuditEvent]:
+    """The audit entries of a dispatch transaction's fires: one per tenant, committing to all
+    of its runs (engine.domain.audit.batch_data), not one per fire."""
+    by_tenant: dict[str, list[FiredRun]] = {}
+    actor = ""
+    for run in runs:
+        actor = run.node_id
+        by_tenant.setdefault(run.tenant, []).append(
+            (run.run_id, run.schedule_id, run.slot_key, run.slot_at, run.due_at)
+        )
+    return [
+        AuditEvent(FIRES_DISPATCHED, actor=actor, tenant=tenant, data=batch_data(tenant_runs))
+        for tenant, tenant_runs in sorted(by_tenant.items())
+    ]
 
 
 def check_fence(lease_key: str, token: str, now_ms: int, lease: tuple[Any, int] | None) -> None:

@@ -31,7 +31,7 @@ from engine.control.wire import (
 )
 from engine.domain.access import Grant, Role
 from engine.domain.approvals import Approval, ApprovalRequired, ApprovalState
-from engine.domain.audit import AuditEntry, ChainPoint
+from engine.domain.audit import AuditEntry, ChainPoint, KeyRing
 from engine.domain.clock import Clock
 from engine.domain.errors import InvalidInput, StorageError, VortosError
 from engine.domain.preview import PreviewSlot
@@ -291,12 +291,18 @@ class RemoteService(ScheduleService):
         return from_wire(list[AuditEntry], done["entries"])
 
     def audit_export(
-        self, out: TextIO, *, actor: str | None = None, chains: Sequence[str] | None = None
+        self,
+        out: TextIO,
+        *,
+        actor: str | None = None,
+        chains: Sequence[str] | None = None,
+        keys: KeyRing | None = None,
     ) -> int:
         """The export, read from the server a page at a time, each chain after the last entry
-        it sent (never one answer of every entry)."""
+        it sent (never one answer of every entry). Its heads are not signed: the key is the
+        server's account's, not this one's."""
         return export(
-            # export reads nothing but entries() of the chains it is given.
+            # export reads nothing but entries() and identity() of the chains it is given.
             cast("AuditLog", _ServedEntries(self)),
             out,
             chains=self.audit_chains(wanted=chains),
@@ -562,6 +568,11 @@ class _ServedEntries:
 
     def __init__(self, service: RemoteService) -> None:
         self._service = service
+
+    def identity(self) -> None:
+        """The socket serves no key lineage: the export carries none (verify it with the
+        secret key, or export as the service account for an auditor)."""
+        return
 
     def entries(self, chain: str, *, after_seq: int = 0, limit: int = 1000) -> list[AuditEntry]:
         return self._service.audit_entries(

@@ -12,14 +12,85 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring
 from typing import Any
 
+from engine.domain.audit_keys import (
+    MIN_KEY_BYTES,
+    EpochKey,
+    KeyLineage,
+    key_fingerprint,
+    verify_signed,
+)
+
 SYSTEM_CHAIN = "system"
 GENESIS = hashlib.sha256(b"").hexdigest()  # the previous hash of a chain's first entry
 CHECKPOINT_EVERY = 1000
+
+# Entries about the chain itself: each carries an Ed25519 seal.
+CHAIN_OPENED = "audit.chain_opened"  # a chain's first entry: its database and key
+EPOCH_SEALED = "audit.epoch_sealed"  # the key evolves: the next epoch's key named
+KEY_ROTATED = "audit.key_rotated"  # a new key drawn: named, endorsed by the old one
+TRANSITIONS = frozenset({EPOCH_SEALED, KEY_ROTATED})
+SEALED_EVENTS = frozenset({CHAIN_OPENED, *TRANSITIONS})
+# One entry per dispatch transaction and tenant commits to all its fires (fires_digest).
+FIRES_DISPATCHED = "fires.dispatched"
+FIRES_BACKFILLED = "fires.backfilled"
+FIRE_BATCHES = frozenset({FIRES_DISPATCHED, FIRES_BACKFILLED})
+
+# What a batch entry commits to of each run: the columns no later change may touch.
+FiredRun = tuple[int, str, str, int, int]  # run id, schedule id, slot key, slot at, due at
+
+
+def fires_digest(runs: Iterable[FiredRun]) -> str:
+    """SHA-256 over the runs of a batch, in run id order: deleting, editing, reordering or
+    adding one changes it."""
+    digest = hashlib.sha256()
+    for run_id, schedule_id, key, slot_at, due_at in runs:
+        digest.update(f"{run_id}\t{schedule_id}\t{key}\t{slot_at}\t{due_at}\n".encode())
+    return digest.hexdigest()
+
+
+def run_ranges(run_ids: Iterable[int]) -> list[list[int]]:
+    """Sorted ids as [first, count] runs of consecutive ids: one pair for a SQLite batch."""
+    ranges: list[list[int]] = []
+    for run_id in sorted(run_ids):
+        if ranges and ranges[-1][0] + ranges[-1][1] == run_id:
+            ranges[-1][1] += 1
+        else:
+            ranges.append([run_id, 1])
+    return ranges
+
+
+def summary(event: str, data: Mapping[str, Any]) -> str | None:
+    """A short line for the entries about fires and keys, whose data is for machines (a
+    digest, id ranges, public keys); None for the others."""
+    try:
+        if event in FIRE_BATCHES:
+            spans = [
+                str(first) if n == 1 else f"{first}-{first + n - 1}" for first, n in data["runs"]
+            ]
+            shown = ", ".join(spans[:4]) + (f", +{len(spans) - 4} more" if len(spans) > 4 else "")
+            return f"{data['count']} fire(s): run {shown}"
+        if event == CHAIN_OPENED:
+            return f"database {data['database_id']}, key {data['key_id']} (epoch {data['epoch']})"
+        if event in TRANSITIONS:
+            return f"key epoch {data['epoch']} -> {data['next_epoch']}: {data['next_key_id']}"
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+def batch_data(runs: Sequence[FiredRun]) -> dict[str, Any]:
+    """The data of a batch entry: how many runs, which ids, and the digest of them."""
+    ordered = sorted(runs)
+    return {
+        "count": len(ordered),
+        "runs": run_ranges(r[0] for r in ordered),
+        "digest": fires_digest(ordered),
+    }
 
 
 def tenant_chain(tenant: str) -> str:
@@ -34,7 +105,7 @@ def chain_tenant(chain: str) -> str | None:
 class AuditEvent:
     """Something to record: the service, the daemon and the dispatcher make these."""
 
-    event: str  # e.g. schedule.paused, fire.dispatched, leader.acquired
+    event: str  # e.g. schedule.paused, fires.dispatched, leader.acquired
     actor: str
     tenant: str | None = None  # None: the system chain
     schedule_id: str | None = None
@@ -60,7 +131,10 @@ class AuditEntry:
     prev_hash: str
     hash: str
     key_id: str
-    signature: str
+    signature: str  # HMAC-SHA-256 of entry_message by the epoch key: the key's holder checks it
+    # Ed25519 of entry_message by the epoch key's public half, on the entries an auditor
+    # checks without the secret: chain openings, epoch seals and rotations (None on others).
+    seal: str | None = None
     # The JSON text `data` was sealed as or read from, when known (`with_data_json`): hashed
     # as it is, it saves encoding `data` again. Not an argument, so that a changed copy
     # (`dataclasses.replace`) never carries the text of the data it was copied from.
@@ -102,6 +176,7 @@ class AuditEntry:
             "hash": self.hash,
             "key_id": self.key_id,
             "signature": self.signature,
+            "seal": self.seal,
         }
 
     @classmethod
@@ -120,6 +195,7 @@ class AuditEntry:
             hash=str(value["hash"]),
             key_id=str(value["key_id"]),
             signature=str(value["signature"]),
+            seal=None if value.get("seal") is None else str(value["seal"]),
         )
 
 
@@ -223,29 +299,65 @@ def _optional(text: str | None) -> str:
 
 
 class KeyRing:
-    """HMAC keys by id. The newest signs; every one verifies, so entries signed before a
-    rotation stay verifiable. A key's id is a fingerprint of it (never the key)."""
+    """The secret audit keys a node holds: the current epoch's key signs (HMAC per entry,
+    Ed25519 where an auditor checks); `legacy` keys (key-file lines from before epochs) only
+    verify entries they signed. A key's id is a fingerprint of it (never the key)."""
 
-    def __init__(self, secrets: Iterable[bytes]) -> None:
-        self._keys: dict[str, bytes] = {}
-        self.active_id = ""
-        for secret in secrets:
-            if len(secret) < 16:
-                raise ValueError("an audit key must be at least 16 bytes")
-            key_id = key_fingerprint(secret)
-            self._keys[key_id] = secret
-            self.active_id = key_id
-        if not self._keys:
+    def __init__(
+        self,
+        secrets: Iterable[bytes],
+        *,
+        epoch: int = 0,
+        root_public_key: str | None = None,
+        store: Callable[[KeyRing], None] | None = None,
+        pending: EpochKey | None = None,
+    ) -> None:
+        listed = list(secrets)
+        # A rotation under way: the next epoch's key, used once the database records it.
+        self.pending = pending
+        # Where a moved-on ring is written back (its key file), so the old secret goes.
+        self._store = store
+        if not listed:
             raise ValueError("a key ring needs at least one key")
+        self.current = EpochKey(epoch, listed[-1])
+        self._keys: dict[str, bytes] = {}
+        for secret in listed:
+            if len(secret) < MIN_KEY_BYTES:
+                raise ValueError(f"an audit key must be at least {MIN_KEY_BYTES} bytes")
+            self._keys[key_fingerprint(secret)] = secret
+        # The trust root: epoch 0's public key, derivable while the root key is held.
+        self.root_public_key = root_public_key or (self.current.public_key if epoch == 0 else None)
+
+    def __repr__(self) -> str:
+        return f"KeyRing(epoch={self.epoch}, active_id={self.active_id})"
+
+    @property
+    def epoch(self) -> int:
+        return self.current.epoch
+
+    @property
+    def active_id(self) -> str:
+        return self.current.key_id
+
+    @property
+    def public_key(self) -> str:
+        return self.current.public_key
 
     @property
     def ids(self) -> list[str]:
         return list(self._keys)
 
+    def holds(self, key_id: str) -> bool:
+        return key_id in self._keys
+
     def sign(self, message: str, key_id: str | None = None) -> tuple[str, str]:
-        """(key id, signature) of `message` under the active key (or `key_id`)."""
+        """(key id, HMAC signature) of `message` under the current key (or `key_id`)."""
         used = key_id or self.active_id
         return used, hmac.new(self._keys[used], message.encode(), hashlib.sha256).hexdigest()
+
+    def seal(self, message: str) -> str:
+        """The current key's Ed25519 signature of `message`: checkable with the public key."""
+        return self.current.sign(message)
 
     def valid(self, message: str, key_id: str, signature: str) -> bool | None:
         """True or False; None when the key id is not in this ring (cannot tell)."""
@@ -255,9 +367,28 @@ class KeyRing:
         expected = hmac.new(secret, message.encode(), hashlib.sha256).hexdigest()
         return hmac.compare_digest(expected, signature)
 
+    def moved_to(self, key: EpochKey) -> KeyRing:
+        """A ring holding only `key`: a sealed or rotated epoch's secret is not kept."""
+        return KeyRing(
+            [key.secret], epoch=key.epoch, root_public_key=self.root_public_key, store=self._store
+        )
 
-def key_fingerprint(secret: bytes) -> str:
-    return hashlib.sha256(b"vortos-audit-key:" + secret).hexdigest()[:16]
+    def with_pending(self, key: EpochKey) -> KeyRing:
+        """This ring with `key` as the rotation under way (its legacy keys kept)."""
+        ring = KeyRing(
+            [*self._keys.values()],
+            epoch=self.epoch,
+            root_public_key=self.root_public_key,
+            store=self._store,
+            pending=key,
+        )
+        ring.current = self.current
+        return ring
+
+    def persist(self) -> None:
+        """Write this ring back where it came from (nothing for a key in the environment)."""
+        if self._store is not None:
+            self._store(self)
 
 
 def entry_message(chain: str, seq: int, entry_hash: str) -> str:
@@ -286,7 +417,8 @@ def seal(event: AuditEvent, *, seq: int, at: int, prev_hash: str, keys: KeyRing)
         data_json,
         prev_hash,
     )
-    key_id, signature = keys.sign(entry_message(chain, seq, digest))
+    message = entry_message(chain, seq, digest)
+    key_id, signature = keys.sign(message)
     entry = AuditEntry(
         chain=chain,
         seq=seq,
@@ -301,6 +433,7 @@ def seal(event: AuditEvent, *, seq: int, at: int, prev_hash: str, keys: KeyRing)
         hash=digest,
         key_id=key_id,
         signature=signature,
+        seal=keys.seal(message) if event.event in SEALED_EVENTS else None,
     )
     return with_data_json(entry, data_json)
 
@@ -317,6 +450,23 @@ class ChainPoint:
 
 
 START = ChainPoint(0, GENESIS)
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """Where a chain's archived part ends (the entries up to `seq` may be pruned)."""
+
+    chain: str
+    seq: int
+    hash: str
+    key_id: str
+    at: int
+    signature: str  # Ed25519 of anchor_message
+    archive: str  # the archive's name (its manifest's file)
+
+
+def anchor_message(chain: str, seq: int, digest: str, archive: str) -> str:
+    return f"anchor:{chain}:{seq}:{digest}:{archive}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,17 +499,44 @@ class VerificationMark:
 class ChainProblem:
     seq: int  # the first bad sequence number
     reason: str
+    # Not a sign of tampering: nothing the verifier holds can vouch for these entries (the
+    # public key alone, and entries signed only with the secret key since the last seal).
+    unverifiable: bool = False
 
 
 @dataclass(slots=True)
 class ChainWalk:
-    """Checks entries one by one, in sequence order, from a trusted point."""
+    """Checks entries one by one, in sequence order, from a trusted point.
+
+    What vouches for an entry: its HMAC under a key the verifier holds, or the Ed25519 seal of
+    a later entry, checkpoint or signed head of the same chain (its hash covers every entry
+    before it), signed by the key the chain was signed with at that point. The key follows the
+    chain: its opening names the first, each epoch seal or rotation the next, and an entry
+    signed by a key the chain has moved on from is refused. With a `lineage` (the database's
+    keys checked from their root), every key named must be the lineage's, and the chain must
+    belong to the lineage's database."""
 
     chain: str
-    keys: KeyRing
+    keys: KeyRing | None
     at: ChainPoint = START
     checked: int = 0
     problem: ChainProblem | None = None
+    lineage: KeyLineage | None = None
+    # The key this chain is signed with now (None: not opened yet, or a chain from before
+    # openings, whose entries only legacy HMAC keys vouch for).
+    key_id: str | None = None
+    # Keys this chain moved on from, with the entry that retired each.
+    retired: dict[str, int] = field(default_factory=dict)
+    # Public keys named by the chain's own openings and transitions (used without a lineage).
+    named: dict[str, str] = field(default_factory=dict)
+    # The first entry nothing has vouched for yet (its key is not held; no seal since).
+    unproven_from: int | None = None
+    seals_checked: int = 0
+
+    def start_at(self, point: ChainPoint, key_id: str | None) -> None:
+        """Resume after `point`, trusted, the chain being signed with `key_id` there."""
+        self.at = point
+        self.key_id = key_id
 
     def feed(self, entry: AuditEntry) -> bool:
         """Check the next entry; False (and `problem` set) at the first bad one."""
@@ -376,37 +553,168 @@ class ChainWalk:
         digest = entry.computed_hash()
         if digest != entry.hash:
             return self._bad(entry.seq, "its content does not match its hash (edited)")
-        valid = self.keys.valid(
-            entry_message(entry.chain, entry.seq, digest), entry.key_id, entry.signature
-        )
-        if valid is None:
+        if entry.event == CHAIN_OPENED:
+            if not self._opened(entry):
+                return False
+        elif self.key_id is not None and entry.key_id != self.key_id:
+            retired_at = self.retired.get(entry.key_id)
+            if retired_at is not None:
+                return self._bad(
+                    entry.seq,
+                    f"it is signed with key {entry.key_id}, which this chain retired at entry "
+                    f"{retired_at}: forged with a retired key",
+                )
             return self._bad(
-                entry.seq, f"it is signed with key {entry.key_id}, which is not in the key ring"
+                entry.seq,
+                f"it is signed with key {entry.key_id}, but the chain is signed with "
+                f"{self.key_id} here (forged, or a key from elsewhere)",
             )
-        if not valid:
-            return self._bad(entry.seq, "its signature is not valid (forged, or the wrong key)")
+        if not self._vouched(entry):
+            return False
+        if entry.event in TRANSITIONS and not self._moved_on(entry):
+            return False
         self.at = ChainPoint(entry.seq, entry.hash)
         self.checked += 1
         return True
 
-    def check_point(self, checkpoint: Checkpoint) -> bool:
-        """A checkpoint at a sequence already walked must name the same hash, signed."""
+    def _vouched(self, entry: AuditEntry) -> bool:
+        message = entry_message(entry.chain, entry.seq, entry.hash)
+        mac = None if self.keys is None else self.keys.valid(message, entry.key_id, entry.signature)
+        if mac is False:
+            return self._bad(entry.seq, "its signature is not valid (forged, or the wrong key)")
+        if entry.event in SEALED_EVENTS and entry.seal is None:
+            return self._bad(entry.seq, f"a {entry.event} entry without its seal (forged)")
+        if entry.seal is not None:
+            public = self.public_key(entry.key_id)
+            if public is None:
+                return self._bad(
+                    entry.seq, f"it is sealed with key {entry.key_id}, which nothing here names"
+                )
+            if not verify_signed(public, message, entry.seal):
+                return self._bad(entry.seq, "its seal is not valid (forged, or the wrong key)")
+            self.seals_checked += 1
+            self.unproven_from = None
+        elif mac is None and self.unproven_from is None:
+            self.unproven_from = entry.seq
+        elif mac:
+            self.unproven_from = None
+        return True
+
+    def _opened(self, entry: AuditEntry) -> bool:
+        if self.key_id is not None:
+            return self._bad(entry.seq, "a second opening inside the chain (forged)")
+        data = entry.data
+        try:
+            database_id = str(data["database_id"])
+            key_id, public = str(data["key_id"]), str(data["public_key"])
+        except KeyError:
+            return self._bad(entry.seq, "its opening names no database or key (forged)")
+        if key_id != entry.key_id:
+            return self._bad(entry.seq, "its opening names another key than signed it (forged)")
+        if self.lineage is not None:
+            if database_id != self.lineage.database_id:
+                return self._bad(
+                    entry.seq,
+                    f"this chain belongs to database {database_id}, not to this one "
+                    f"({self.lineage.database_id}): copied from another database",
+                )
+            period = self.lineage.by_id().get(key_id)
+            if period is None or period.public_key != public:
+                return self._bad(
+                    entry.seq, f"it opens with key {key_id}, which is not this database's"
+                )
+        self.named[key_id] = public
+        self.key_id = key_id
+        return True
+
+    def _moved_on(self, entry: AuditEntry) -> bool:
+        data = entry.data
+        try:
+            new_id, public = str(data["next_key_id"]), str(data["next_public_key"])
+            epoch = int(data["next_epoch"])
+        except (KeyError, ValueError, TypeError):
+            return self._bad(entry.seq, f"the {entry.event} entry names no next key (forged)")
+        if self.lineage is not None:
+            period = self.lineage.after(epoch - 1)
+            if period is None or period.key_id != new_id or period.public_key != public:
+                return self._bad(
+                    entry.seq,
+                    f"it moves the chain to key {new_id} (epoch {epoch}), which is not the "
+                    "database's key of that epoch",
+                )
+        if self.key_id is not None:
+            self.retired[self.key_id] = entry.seq
+        self.named[new_id] = public
+        self.key_id = new_id
+        return True
+
+    def public_key(self, key_id: str) -> str | None:
+        if self.lineage is not None:
+            period = self.lineage.by_id().get(key_id)
+            return None if period is None else period.public_key
+        if key_id in self.named:
+            return self.named[key_id]
+        if self.keys is not None and self.keys.active_id == key_id:
+            return self.keys.public_key
+        return None
+
+    def cover(self, seq: int, digest: str, key_id: str, signature: str, message: str) -> bool:
+        """A signed statement that the entry at `seq` (walked just now) has hash `digest`: an
+        Ed25519 signature by the chain's key, or a legacy HMAC one."""
         if self.problem is not None:
             return False
-        valid = self.keys.valid(
-            checkpoint_message(checkpoint.chain, checkpoint.seq, checkpoint.hash),
+        if seq != self.at.seq or digest != self.at.hash:
+            return self._bad(seq, "a signed point names another hash than the entry's")
+        public = self.public_key(key_id)
+        if public is not None and verify_signed(public, message, signature):
+            self.seals_checked += 1
+            self.unproven_from = None
+            return True
+        legacy = None if self.keys is None else self.keys.valid(message, key_id, signature)
+        if legacy is None and public is None:
+            return self._bad(seq, f"a signed point is signed with key {key_id}, unknown here")
+        if not legacy:
+            return self._bad(seq, "a signed point's signature is not valid (forged)")
+        return True
+
+    def check_point(self, checkpoint: Checkpoint) -> bool:
+        """A checkpoint at the sequence just walked must name its hash, signed."""
+        return self.cover(
+            checkpoint.seq,
+            checkpoint.hash,
             checkpoint.key_id,
             checkpoint.signature,
+            checkpoint_message(checkpoint.chain, checkpoint.seq, checkpoint.hash),
         )
-        if valid is None:
-            return self._bad(
-                checkpoint.seq,
-                f"the checkpoint is signed with key {checkpoint.key_id}, which is not in the "
-                "key ring",
+
+    def finish(self) -> ChainProblem | None:
+        """What is wrong once the walk reached the end it was given: entries nothing vouched
+        for, or a chain still signed with a key the database has retired."""
+        if self.problem is not None:
+            return self.problem
+        if self.unproven_from is not None:
+            self.problem = ChainProblem(
+                self.unproven_from,
+                f"entries {self.unproven_from}..{self.at.seq} are signed only with the secret "
+                "key, which is not here, and nothing signed with a public key covers them "
+                "(verify with the secret key, or an export or archive, whose heads are signed)",
+                unverifiable=True,
             )
-        if not valid:
-            return self._bad(checkpoint.seq, "the checkpoint's signature is not valid (forged)")
-        return True
+            return self.problem
+        if self.lineage is not None and self.key_id is not None:
+            current = self.lineage.current
+            if self.key_id != current.key_id:
+                return self._problem(
+                    self.at.seq + 1,
+                    f"the chain is still signed with key {self.key_id}, which the database "
+                    f"retired (its key is {current.key_id} since epoch {current.epoch}): the "
+                    "entry that moved this chain on is missing (truncated)",
+                )
+        return None
+
+    def _problem(self, seq: int, reason: str) -> ChainProblem:
+        self.problem = ChainProblem(seq, reason)
+        return self.problem
 
     def _bad(self, seq: int, reason: str) -> bool:
         self.problem = ChainProblem(seq, reason)

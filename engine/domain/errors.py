@@ -72,3 +72,11 @@ class AuditKeyMissing(VortosError):
     """No audit key where one must be: changes are refused rather than left unaudited."""
 
     exit_code = 1
+
+
+class AuditKeyMismatch(AuditKeyMissing):
+    """This process's audit key is not the one the database signs with (another deployment's
+    key, a host that made its own, or a key rotated elsewhere): it must not sign, and the
+    message names both fingerprints and what to do."""
+
+    exit_code = 2

@@ -10,9 +10,11 @@ from enum import StrEnum
 from typing import Any, TextIO
 
 from engine.domain.audit import (
+    CHAIN_OPENED,
     CHECKPOINT_EVERY,
     GENESIS,
     START,
+    Anchor,
     AuditEntry,
     ChainPoint,
     ChainProblem,
@@ -20,12 +22,15 @@ from engine.domain.audit import (
     Checkpoint,
     KeyRing,
     VerificationMark,
+    anchor_message,
+    chain_tenant,
     checkpoint_message,
-    entry_message,
     parse_point,
 )
+from engine.domain.audit_keys import KeyKind, KeyLineage, KeyPeriod, LineageBroken, verify_signed
 from engine.domain.errors import VortosError
 from engine.domain.timeutil import iso_utc
+from engine.governance.ledger import LedgerCheck
 from engine.ports.audit import AuditLog
 
 PAGE = 10_000
@@ -58,6 +63,10 @@ class ChainReport:
     checkpoints_checked: int = 0  # signed checkpoints compared with their entries now
     # The walk found an entry broken: the last entry it verified before it (not reported).
     verified_to: ChainPoint | None = None
+    seals_checked: int = 0  # Ed25519 signatures checked now (openings, seals, checkpoints)
+    batches_checked: int = 0  # dispatch batches whose run rows matched their digest
+    partly_pruned: int = 0  # batches with runs retention pruned (the rest not matched)
+    anchored_at: int = 0  # entries up to this were archived: verified from the signed anchor
 
     @property
     def intact(self) -> bool:
@@ -78,10 +87,15 @@ class ChainReport:
             "checked": self.checked,
             "first_bad_seq": None if self.problem is None else self.problem.seq,
             "problem": None if self.problem is None else self.problem.reason,
+            "unverifiable": self.problem is not None and self.problem.unverifiable,
             "mode": self.mode.value,
             "trusted_through": self.trusted_through,
             "mark_at": self.mark_at,
             "checkpoints_checked": self.checkpoints_checked,
+            "seals_checked": self.seals_checked,
+            "batches_checked": self.batches_checked,
+            "partly_pruned": self.partly_pruned,
+            "anchored_at": self.anchored_at,
         }
 
     @classmethod
@@ -94,11 +108,19 @@ class ChainReport:
             head=parse_point(str(value["head"])),
             resumed_from=int(value["resumed_from"]),
             checked=int(value["checked"]),
-            problem=None if bad is None else ChainProblem(int(bad), str(value["problem"])),
+            problem=None
+            if bad is None
+            else ChainProblem(
+                int(bad), str(value["problem"]), bool(value.get("unverifiable", False))
+            ),
             # A server from before these keys verified incrementally and said nothing more.
             mode=VerifyMode(str(value.get("mode", VerifyMode.INCREMENTAL.value))),
             mark_at=None if mark_at is None else int(mark_at),
             checkpoints_checked=int(value.get("checkpoints_checked", 0)),
+            seals_checked=int(value.get("seals_checked", 0)),
+            batches_checked=int(value.get("batches_checked", 0)),
+            partly_pruned=int(value.get("partly_pruned", 0)),
+            anchored_at=int(value.get("anchored_at", 0)),
         )
 
 
@@ -120,6 +142,67 @@ class Verification:
     def trusted(self) -> list[ChainReport]:
         """The chains whose earlier entries were trusted from a mark, not checked now."""
         return [r for r in self.chains if r.trusted_through > 0]
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """What a verification trusts: the secret ring (None: the public key alone) and the
+    database's key lineage, checked from its root (None: a database from before lineages,
+    whose chains only HMAC keys vouch for), or why the lineage cannot be trusted."""
+
+    keys: KeyRing | None
+    lineage: KeyLineage | None = None
+    broken: str | None = None
+
+
+def trust_for(log: AuditLog, keys: KeyRing | None, *, root: PublicRoot | None = None) -> Trust:
+    """The lineage `log`'s database records, checked from the root public key: `root`'s,
+    else the one `keys` holds (a key file's `root` line, or derived from an epoch-0 key)."""
+    found = log.identity()
+    if found is None:
+        return Trust(keys)
+    database_id, periods = found
+    if root is not None and root.database_id != database_id:
+        return Trust(
+            keys,
+            broken=f"this database's id is {database_id}, the public key file is for "
+            f"database {root.database_id}",
+        )
+    root_key = root.public_key if root is not None else (keys.root_public_key if keys else None)
+    try:
+        return Trust(keys, KeyLineage.checked(database_id, periods, root_public_key=root_key))
+    except LineageBroken as exc:
+        return Trust(keys, broken=f"the audit key lineage cannot be trusted: {exc}")
+
+
+@dataclass(frozen=True, slots=True)
+class PublicRoot:
+    """What an auditor holds (`vortos audit public-key`): no secret, nothing to sign with."""
+
+    database_id: str
+    root_key_id: str
+    public_key: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "database_id": self.database_id,
+            "root_key_id": self.root_key_id,
+            "root_public_key": self.public_key,
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> PublicRoot:
+        try:
+            root = cls(
+                str(value["database_id"]), str(value["root_key_id"]), str(value["root_public_key"])
+            )
+        except (KeyError, TypeError):
+            raise ValueError(
+                "not a public key file: `vortos audit public-key -o FILE` writes one"
+            ) from None
+        if len(root.public_key) != 64 or not all(c in "0123456789abcdef" for c in root.public_key):
+            raise ValueError("its root_public_key is not 64 hex digits")
+        return root
 
 
 def judge_mark(
@@ -147,28 +230,34 @@ def judge_mark(
         )
     if mark.seq == 0:
         return None if mark.hash == GENESIS else ChainProblem(1, "the verification mark is bad")
-    if not _still_there(log, keys, mark.chain, mark.point):
+    if not _still_there(log, mark.chain, mark.point):
         return ChainProblem(mark.seq, "the entry verified last time has changed since (rewritten)")
     return None
 
 
-def _signed(keys: KeyRing, mark: VerificationMark) -> bool:
+def _signed(keys: KeyRing | None, mark: VerificationMark) -> bool:
+    if keys is None:
+        return False
     message = checkpoint_message(mark.chain, mark.seq, mark.hash)
     return bool(keys.valid(message, mark.key_id, mark.signature))
 
 
-def _still_there(log: AuditLog, keys: KeyRing, chain: str, point: ChainPoint) -> bool:
+def _still_there(log: AuditLog, chain: str, point: ChainPoint) -> bool:
     """The entry at `point` is there and is itself: its stored hash is `point`'s, and its
-    content still hashes to it under a valid signature (an edit that kept the hash column is
-    an edit)."""
+    content still hashes to it (an edit that kept the hash column is an edit)."""
     found = log.entries(chain, after_seq=point.seq - 1, limit=1)
     if not found or found[0].seq != point.seq or found[0].hash != point.hash:
         return False
-    entry = found[0]
-    digest = entry.computed_hash()
-    return digest == entry.hash and bool(
-        keys.valid(entry_message(chain, entry.seq, digest), entry.key_id, entry.signature)
-    )
+    return found[0].computed_hash() == point.hash
+
+
+def _key_after(log: AuditLog, chain: str, seq: int, trust: Trust) -> str | None:
+    """The key the chain is signed with just after entry `seq` (a resumed walk's key): the
+    next entry's, which the walk then checks; with none, the database's current key."""
+    found = log.entries(chain, after_seq=seq, limit=1)
+    if found and found[0].event != CHAIN_OPENED:
+        return found[0].key_id
+    return None if trust.lineage is None else trust.lineage.current.key_id
 
 
 @dataclass(slots=True)
@@ -178,24 +267,63 @@ class _Plan:
     report: ChainReport
     mark: VerificationMark | None
     start: ChainPoint = START
+    key_id: str | None = None  # the chain's key at `start`
 
     @property
     def to_check(self) -> int:
         return 0 if self.report.problem is not None else self.report.head.seq - self.start.seq
 
 
-def _plan(log: AuditLog, keys: KeyRing, chain: str, mode: VerifyMode) -> _Plan:
+def _plan(log: AuditLog, trust: Trust, chain: str, mode: VerifyMode) -> _Plan:
     head = log.head(chain)
     mark = log.verified(chain)
     plan = _Plan(ChainReport(chain, head, 0, mode=mode), mark)
-    if mode is VerifyMode.INCREMENTAL and mark is not None:
+    if trust.broken is not None:
+        plan.report.problem = ChainProblem(1, trust.broken)
+        return plan
+    anchor = log.anchor(chain)
+    if anchor is not None:
+        # Archived entries were pruned: the chain is verified from the signed anchor on (the
+        # archive itself with `verify --with-archive`).
+        problem = _judge_anchor(anchor, head, trust)
+        if problem is not None:
+            plan.report.problem = problem
+            return plan
+        plan.start = ChainPoint(anchor.seq, anchor.hash)
+        plan.report.anchored_at = anchor.seq
+        plan.key_id = _key_after(log, chain, anchor.seq, trust)
+    if (
+        mode is VerifyMode.INCREMENTAL
+        and mark is not None
+        and trust.keys is not None
+        and mark.seq >= plan.start.seq
+    ):
         # Resume only from a mark that holds; a bad one is a finding, never a silent restart.
-        plan.report.problem = judge_mark(log, keys, head, mark)
-        if plan.report.problem is None:
+        plan.report.problem = judge_mark(log, trust.keys, head, mark)
+        if plan.report.problem is None and mark.seq > 0:
             plan.start = mark.point
             plan.report.resumed_from = mark.seq
-            plan.report.mark_at = mark.at if mark.seq > 0 else None
+            plan.report.mark_at = mark.at
+            plan.key_id = _key_after(log, chain, mark.seq, trust)
     return plan
+
+
+def _judge_anchor(anchor: Anchor, head: ChainPoint, trust: Trust) -> ChainProblem | None:
+    public = None
+    if trust.lineage is not None:
+        period = trust.lineage.by_id().get(anchor.key_id)
+        public = None if period is None else period.public_key
+    if public is None or not verify_signed(
+        public,
+        anchor_message(anchor.chain, anchor.seq, anchor.hash, anchor.archive),
+        anchor.signature,
+    ):
+        return ChainProblem(
+            anchor.seq, "the archive anchor's signature is not valid (forged or edited)"
+        )
+    if anchor.seq > head.seq:
+        return ChainProblem(head.seq + 1, "the chain ends before its archive anchor (truncated)")
+    return None
 
 
 def _never() -> bool:
@@ -225,7 +353,7 @@ class _Counter:
 
 def _walk_plan(
     log: AuditLog,
-    keys: KeyRing,
+    trust: Trust,
     plan: _Plan,
     expect: ChainPoint | None,
     counter: _Counter,
@@ -235,41 +363,86 @@ def _walk_plan(
     if report.problem is not None:
         return report
     chain, head = report.chain, report.head
-    walk = ChainWalk(chain, keys, plan.start)
+    walk = ChainWalk(chain, trust.keys, lineage=trust.lineage)
+    walk.start_at(plan.start, plan.key_id)
+    ledger = LedgerCheck(log.fired_runs)
     checkpoints = {cp.seq: cp for cp in log.checkpoints(chain, after_seq=plan.start.seq)}
     after = plan.start.seq
     while walk.problem is None:
         entries = log.entries(chain, after_seq=after, limit=page)
         if not entries:
             break
-        report.checkpoints_checked += _walk(walk, entries, checkpoints)
+        report.checkpoints_checked += _walk(walk, entries, checkpoints, ledger)
         counter.add(len(entries))
         after = entries[-1].seq
     report.checked = walk.checked
+    report.seals_checked = walk.seals_checked
     report.problem = walk.problem
     if walk.problem is not None:
         report.verified_to = walk.at
     if report.problem is None and walk.at != head:
         report.problem = ChainProblem(walk.at.seq + 1, "the chain ends before its head")
     if report.problem is None:
+        report.problem = walk.finish() or ledger.finish()
+    if report.problem is None:
         report.problem = _beyond_head(
             walk, [cp for cp in checkpoints.values() if cp.seq > head.seq]
         )
-    if report.problem is None and plan.mark is not None and report.mode is VerifyMode.FULL:
-        report.problem = judge_mark(log, keys, head, plan.mark)
+    if (
+        report.problem is None
+        and report.mode is VerifyMode.FULL
+        and plan.start.seq == 0
+        and chain_tenant(chain) is not None
+    ):
+        report.problem = _unrecorded_runs(log, chain, ledger)
+    if (
+        report.problem is None
+        and plan.mark is not None
+        and report.mode is VerifyMode.FULL
+        and trust.keys is not None
+    ):
+        report.problem = judge_mark(log, trust.keys, head, plan.mark)
     if report.problem is None and expect is not None:
-        report.problem = _against_expected(log, keys, chain, head, expect)
+        report.problem = _against_expected(log, chain, head, expect)
+    report.batches_checked = ledger.batches
+    report.partly_pruned = ledger.partly_pruned
     return report
 
 
+def _unrecorded_runs(log: AuditLog, chain: str, ledger: LedgerCheck) -> ChainProblem | None:
+    """A dispatched run no batch entry of the chain committed to: added to the ledger."""
+    tenant = chain_tenant(chain)
+    assert tenant is not None
+    after = 0
+    while True:
+        ids = log.scheduled_run_ids(tenant, after, PAGE)
+        if not ids:
+            return None
+        for run_id in ids:
+            if not ledger.covers(run_id):
+                return ChainProblem(
+                    log.head(chain).seq + 1,
+                    f"run {run_id} of tenant {tenant!r} is in the ledger, but no dispatch "
+                    "entry of this chain records it (a run row was added)",
+                )
+        after = ids[-1]
+
+
 def _walk(
-    walk: ChainWalk, entries: Iterable[AuditEntry], checkpoints: Mapping[int, Checkpoint]
+    walk: ChainWalk,
+    entries: Iterable[AuditEntry],
+    checkpoints: Mapping[int, Checkpoint],
+    ledger: LedgerCheck,
 ) -> int:
-    """Feed `entries` to the walk, comparing each with the checkpoint signed at its sequence;
-    how many checkpoints were compared."""
+    """Feed `entries` to the walk, comparing each with the checkpoint signed at its sequence
+    and each batch with the ledger; how many checkpoints were compared."""
     compared = 0
     for entry in entries:
         if not walk.feed(entry):
+            break
+        problem = ledger.feed(entry)
+        if problem is not None:
+            walk.problem = problem
             break
         checkpoint = checkpoints.get(entry.seq)
         if checkpoint is None:
@@ -294,8 +467,14 @@ def _walk(
 def _beyond_head(walk: ChainWalk, checkpoints: Iterable[Checkpoint]) -> ChainProblem | None:
     """A checkpoint past the head: signed, the entries it sealed are gone; else it is forged."""
     for checkpoint in sorted(checkpoints, key=lambda cp: cp.seq):
-        if not walk.check_point(checkpoint):
-            return walk.problem
+        public = walk.public_key(checkpoint.key_id)
+        message = checkpoint_message(checkpoint.chain, checkpoint.seq, checkpoint.hash)
+        genuine = (public is not None and verify_signed(public, message, checkpoint.signature)) or (
+            walk.keys is not None
+            and walk.keys.valid(message, checkpoint.key_id, checkpoint.signature)
+        )
+        if not genuine:
+            return ChainProblem(checkpoint.seq, "the checkpoint's signature is not valid (forged)")
         return ChainProblem(
             walk.at.seq + 1,
             f"a checkpoint was signed at entry {checkpoint.seq} and the chain now ends at "
@@ -306,7 +485,7 @@ def _beyond_head(walk: ChainWalk, checkpoints: Iterable[Checkpoint]) -> ChainPro
 
 def verify_chain(
     log: AuditLog,
-    keys: KeyRing,
+    keys: KeyRing | None,
     chain: str,
     *,
     full: bool = False,
@@ -317,12 +496,13 @@ def verify_chain(
     With `expect`, also that the entry at that earlier head is still there, unchanged (a
     truncated or rewritten tail)."""
     mode = VerifyMode.FULL if full else VerifyMode.INCREMENTAL
-    plan = _plan(log, keys, chain, mode)
-    return _walk_plan(log, keys, plan, expect, _Counter(plan.to_check, None, _never), PAGE)
+    trust = trust_for(log, keys)
+    plan = _plan(log, trust, chain, mode)
+    return _walk_plan(log, trust, plan, expect, _Counter(plan.to_check, None, _never), PAGE)
 
 
 def _against_expected(
-    log: AuditLog, keys: KeyRing, chain: str, head: ChainPoint, expect: ChainPoint
+    log: AuditLog, chain: str, head: ChainPoint, expect: ChainPoint
 ) -> ChainProblem | None:
     if expect.seq > head.seq:
         return ChainProblem(
@@ -332,14 +512,14 @@ def _against_expected(
         )
     if expect.seq == 0:
         return None
-    if not _still_there(log, keys, chain, expect):
+    if not _still_there(log, chain, expect):
         return ChainProblem(expect.seq, "the entry at the head recorded earlier has changed")
     return None
 
 
 def verify(
     log: AuditLog,
-    keys: KeyRing,
+    keys: KeyRing | None,
     *,
     chains: Iterable[str] | None = None,
     full: bool = False,
@@ -348,13 +528,18 @@ def verify(
     progress: Progress | None = None,
     cancelled: Callable[[], bool] | None = None,
     page: int = PAGE,
+    root: PublicRoot | None = None,
 ) -> Verification:
     """Verify chains (all by default); with `record`, remember how far each intact one was
     verified, so the next run resumes there. `progress` hears the entries checked so far and
-    the total after each page; when `cancelled()` turns true it stops (VerificationCancelled)."""
+    the total after each page; when `cancelled()` turns true it stops (VerificationCancelled).
+    Without `keys` (an auditor's, with `root`), every chain is walked in full and only what
+    Ed25519 signatures cover is vouched for."""
     wanted = list(chains) if chains is not None else log.chains()
-    mode = VerifyMode.FULL if full else VerifyMode.INCREMENTAL
-    plans = [_plan(log, keys, chain, mode) for chain in wanted]
+    mode = VerifyMode.FULL if full or keys is None else VerifyMode.INCREMENTAL
+    record = record and keys is not None
+    trust = trust_for(log, keys, root=root)
+    plans = [_plan(log, trust, chain, mode) for chain in wanted]
     counter = _Counter(sum(p.to_check for p in plans), progress, cancelled or _never)
     if progress is not None:
         progress(0, counter.total)
@@ -362,7 +547,7 @@ def verify(
     for plan in plans:
         chain = plan.report.chain
         report = _walk_plan(
-            log, keys, plan, None if expect is None else expect.get(chain), counter, page
+            log, trust, plan, None if expect is None else expect.get(chain), counter, page
         )
         result.chains.append(report)
         if record and report.intact and report.head.seq > 0:
@@ -388,11 +573,30 @@ def what_was_checked(result: Verification, check_all: str) -> list[str]:
     how many chains were not looked at. `check_all` says how to check the trusted ones too."""
     modes = {r.mode for r in result.chains}
     checkpoints = sum(r.checkpoints_checked for r in result.chains)
+    seals = sum(r.seals_checked for r in result.chains)
     said = [
         f"{result.checked} entr{'y' if result.checked == 1 else 'ies'} checked now in "
-        f"{len(result.chains)} chain(s), with {checkpoints} signed checkpoint(s): "
-        "no tampering found in them"
+        f"{len(result.chains)} chain(s), with {checkpoints} signed checkpoint(s) and {seals} "
+        "public-key signature(s): no tampering found in them"
     ]
+    batches = sum(r.batches_checked for r in result.chains)
+    pruned = sum(r.partly_pruned for r in result.chains)
+    if batches or pruned:
+        said.append(
+            f"{batches} dispatch batch(es) matched their run rows in the ledger"
+            + (
+                f"; {pruned} batch(es) whose runs retention pruned were not matched"
+                if pruned
+                else ""
+            )
+        )
+    anchored = [r for r in result.chains if r.anchored_at]
+    if anchored:
+        said.append(
+            "archived, verified from the signed anchor on: "
+            + "; ".join(f"{r.chain} entries 1..{r.anchored_at}" for r in anchored)
+            + " (`verify --with-archive DIR` checks the archive too)"
+        )
     if VerifyMode.EXPORT in modes:
         said.append("the export was checked from each chain's start (it holds no checkpoints)")
     elif VerifyMode.FULL in modes:
@@ -418,61 +622,208 @@ def what_was_checked(result: Verification, check_all: str) -> list[str]:
 
 # -- export and offline verification ---------------------------------------------------------
 
+EXPORT_FORMAT = 2
 
-def export(log: AuditLog, out: TextIO, *, chains: Iterable[str] | None = None) -> int:
-    """Write every entry as one JSON line, chain by chain in sequence order; return how many."""
+
+def head_message(database_id: str, chain: str, seq: int, digest: str) -> str:
+    return f"head:{database_id}:{chain}:{seq}:{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class SignedHead:
+    """An export's last line for a chain: its head, signed with Ed25519 when exported, so
+    that the public key alone vouches for every entry up to it."""
+
+    chain: str
+    seq: int
+    hash: str
+    key_id: str
+    signature: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "head": {
+                "chain": self.chain,
+                "seq": self.seq,
+                "hash": self.hash,
+                "key_id": self.key_id,
+                "signature": self.signature,
+            }
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ExportHeader:
+    """An export's first line: the database's id and key lineage (public halves only)."""
+
+    database_id: str
+    periods: tuple[KeyPeriod, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "vortos_audit_export": EXPORT_FORMAT,
+            "database_id": self.database_id,
+            "lineage": [period_json(p) for p in self.periods],
+        }
+
+
+def period_json(period: KeyPeriod) -> dict[str, Any]:
+    return {
+        "epoch": period.epoch,
+        "key_id": period.key_id,
+        "public_key": period.public_key,
+        "kind": period.kind.value,
+        "started_at": period.started_at,
+        "endorsement": period.endorsement,
+    }
+
+
+def period_from_json(value: Mapping[str, Any]) -> KeyPeriod:
+    return KeyPeriod(
+        int(value["epoch"]),
+        str(value["key_id"]),
+        str(value["public_key"]),
+        KeyKind(str(value["kind"])),
+        int(value["started_at"]),
+        str(value["endorsement"]),
+    )
+
+
+def export(
+    log: AuditLog,
+    out: TextIO,
+    *,
+    chains: Iterable[str] | None = None,
+    keys: KeyRing | None = None,
+) -> int:
+    """Write the database's lineage, then every entry as one JSON line, chain by chain in
+    sequence order, each chain closed by its head signed with `keys` (none without: the
+    public key then vouches only for what seals and checkpoints cover); how many entries."""
+    identity = log.identity()
+    if identity is not None:
+        header = ExportHeader(identity[0], tuple(identity[1]))
+        out.write(_line(header.to_json()))
     count = 0
     for chain in list(chains) if chains is not None else log.chains():
         after = 0
+        last: AuditEntry | None = None
         while True:
             page = log.entries(chain, after_seq=after, limit=PAGE)
             if not page:
                 break
             for entry in page:
-                out.write(json.dumps(entry.to_json(), sort_keys=True, ensure_ascii=False))
-                out.write("\n")
+                out.write(_line(entry.to_json()))
             count += len(page)
             after = page[-1].seq
+            last = page[-1]
+        if last is not None and keys is not None and identity is not None:
+            message = head_message(identity[0], chain, last.seq, last.hash)
+            head = SignedHead(chain, last.seq, last.hash, keys.active_id, keys.seal(message))
+            out.write(_line(head.to_json()))
     return count
 
 
-def read_export(lines: Iterable[str]) -> Iterator[AuditEntry]:
+def _line(value: Mapping[str, Any]) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+ExportItem = AuditEntry | SignedHead | ExportHeader
+
+
+def read_export(lines: Iterable[str]) -> Iterator[ExportItem]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            yield AuditEntry.from_json(json.loads(line))
-        except (ValueError, KeyError, TypeError) as exc:
+            value = json.loads(line)
+            if "vortos_audit_export" in value:
+                yield ExportHeader(
+                    str(value["database_id"]),
+                    tuple(period_from_json(p) for p in value["lineage"]),
+                )
+            elif "head" in value:
+                head = value["head"]
+                yield SignedHead(
+                    str(head["chain"]),
+                    int(head["seq"]),
+                    str(head["hash"]),
+                    str(head["key_id"]),
+                    str(head["signature"]),
+                )
+            else:
+                yield AuditEntry.from_json(value)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"line {number} is not an audit entry ({exc})") from None
 
 
 def verify_export(
-    entries: Iterable[AuditEntry],
-    keys: KeyRing,
+    items: Iterable[ExportItem],
+    keys: KeyRing | None,
     *,
     expect: Mapping[str, ChainPoint] | None = None,
+    root: PublicRoot | None = None,
 ) -> Verification:
-    """Walk an export offline, each chain from its start. With `expect`, each chain named must
-    be in the export, reach at least that sequence, and hold that entry unchanged (an export
-    cut short, or rewritten from there, since the head was noted)."""
+    """Walk an export offline, each chain from its start, against the lineage it carries
+    (checked from the root public key: `root`'s, or the one `keys` holds). With `expect`,
+    each chain named must be in the export, reach at least that sequence, and hold that entry
+    unchanged (an export cut short, or rewritten from there, since the head was noted)."""
     expect = expect or {}
     walks: dict[str, ChainWalk] = {}
     seen: dict[str, str] = {}  # chain -> the hash the export holds at the expected sequence
-    for entry in entries:
-        walk = walks.setdefault(entry.chain, ChainWalk(entry.chain, keys))
-        if walk.feed(entry):
-            wanted = expect.get(entry.chain)
-            if wanted is not None and wanted.seq == entry.seq:
-                seen[entry.chain] = entry.hash
+    lineage: KeyLineage | None = None
+    broken: str | None = None
+    database_id = ""
+    for item in items:
+        if isinstance(item, ExportHeader):
+            database_id = item.database_id
+            lineage, broken = _export_lineage(item, keys, root)
+            continue
+        if isinstance(item, SignedHead):
+            walk = walks.get(item.chain)
+            if walk is not None:
+                walk.cover(
+                    item.seq,
+                    item.hash,
+                    item.key_id,
+                    item.signature,
+                    head_message(database_id, item.chain, item.seq, item.hash),
+                )
+            continue
+        walk = walks.setdefault(item.chain, ChainWalk(item.chain, keys, lineage=lineage))
+        if walk.feed(item):
+            wanted = expect.get(item.chain)
+            if wanted is not None and wanted.seq == item.seq:
+                seen[item.chain] = item.hash
+    if root is not None and lineage is None and broken is None:
+        broken = "the export carries no key lineage: the public key cannot vouch for it"
     result = Verification()
     for chain in sorted(walks.keys() | expect.keys()):
         walk = walks.get(chain) or ChainWalk(chain, keys)
-        report = ChainReport(chain, walk.at, 0, walk.checked, walk.problem, mode=VerifyMode.EXPORT)
+        problem = ChainProblem(1, broken) if broken is not None else walk.finish()
+        report = ChainReport(chain, walk.at, 0, walk.checked, problem, mode=VerifyMode.EXPORT)
+        report.seals_checked = walk.seals_checked
         wanted = expect.get(chain)
         if report.problem is None and wanted is not None:
             report.problem = _export_against_expected(walk.at, wanted, seen.get(chain))
         result.chains.append(report)
     return result
+
+
+def _export_lineage(
+    header: ExportHeader, keys: KeyRing | None, root: PublicRoot | None
+) -> tuple[KeyLineage | None, str | None]:
+    if root is not None and root.database_id != header.database_id:
+        return None, (
+            f"the export is of database {header.database_id}, the public key file is for "
+            f"database {root.database_id}"
+        )
+    root_key = root.public_key if root is not None else (keys.root_public_key if keys else None)
+    try:
+        return KeyLineage.checked(
+            header.database_id, header.periods, root_public_key=root_key
+        ), None
+    except LineageBroken as exc:
+        return None, f"the export's key lineage cannot be trusted: {exc}"
 
 
 def _export_against_expected(

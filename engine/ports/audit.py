@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from engine.domain.audit import (
+    Anchor,
     AuditEntry,
     AuditEvent,
     ChainPoint,
@@ -13,6 +14,7 @@ from engine.domain.audit import (
     KeyRing,
     VerificationMark,
 )
+from engine.domain.audit_keys import EpochKey, KeyKind, KeyPeriod
 
 
 class AuditLog(Protocol):
@@ -61,3 +63,32 @@ class AuditLog(Protocol):
         ...
 
     def mark_verified(self, chain: str, point: ChainPoint) -> None: ...
+
+    def identity(self) -> tuple[str, list[KeyPeriod]] | None:
+        """The database's id and its audit key lineage as stored (unchecked); None before
+        the first key was recorded."""
+        ...
+
+    def anchor(self, chain: str) -> Anchor | None:
+        """Where the chain's archived (and pruned) part ends, signed."""
+        ...
+
+    def fired_runs(self, first_id: int, last_id: int) -> Sequence[Sequence[Any]]:
+        """Runs with ids in [first_id, last_id], in id order: (id, tenant, schedule id, slot
+        key, slot at, due at), the columns a batch entry commits to."""
+        ...
+
+    def establish(self) -> KeyRing:
+        """This process's key, checked against the database's (recorded as the root when
+        there is none yet); AuditKeyMismatch when it is not the database's."""
+        ...
+
+    def transition(self, kind: KeyKind, new: EpochKey, actor: str) -> KeyPeriod:
+        """Seal the epoch (`evolved`) or rotate the key (`rotated`) to `new`, the next
+        epoch's key: an entry in every chain naming it, the lineage row, atomically; then
+        sign with it."""
+        ...
+
+    def scheduled_run_ids(self, tenant: str, after_id: int, limit: int) -> list[int]:
+        """Ids of the tenant's dispatched runs (scheduled and backfilled) after `after_id`."""
+        ...

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from engine.domain.access import PermissionDenied, chain_visible
-from engine.domain.audit import AuditEntry, chain_tenant
+from engine.domain.audit import AuditEntry, KeyRing, chain_tenant
 from engine.domain.errors import InvalidInput
 from engine.governance.audit import export
 from engine.service.core import ServiceCore
@@ -101,10 +101,19 @@ class AuditTrail(ServiceCore):
         return self._storage.audit.entries(chain, after_seq=after_seq, limit=limit)
 
     def audit_export(
-        self, out: TextIO, *, actor: str | None = None, chains: Sequence[str] | None = None
+        self,
+        out: TextIO,
+        *,
+        actor: str | None = None,
+        chains: Sequence[str] | None = None,
+        keys: KeyRing | None = None,
     ) -> int:
         """Every entry of `chains` (default: every chain `actor` may read) as JSON lines, chain
-        by chain (engine.governance.audit.export); how many."""
+        by chain, each chain's head signed with `keys` when given
+        (engine.governance.audit.export); how many."""
         return export(
-            self._storage.audit, out, chains=self.audit_chains(actor=actor, wanted=chains)
+            self._storage.audit,
+            out,
+            chains=self.audit_chains(actor=actor, wanted=chains),
+            keys=keys,
         )

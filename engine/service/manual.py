@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from engine.domain.access import Operation
 from engine.domain.approvals import GatedOperation
-from engine.domain.audit import AuditEvent
+from engine.domain.audit import FIRES_BACKFILLED, AuditEvent, batch_data
 from engine.domain.errors import InvalidInput
 from engine.domain.misfire import due_at
 from engine.domain.run import Run, RunKind
@@ -155,20 +155,24 @@ class ManualFires(ServiceCore):
                 report = self._storage.fire_queue.enqueue(chunk, available_at=now)
                 taken = set(report.already)
                 new = [fire for fire in chunk if fire.slot_key not in taken]
-                self._append(
-                    actor,
-                    [
-                        AuditEvent(
-                            "fire.backfilled",
-                            actor=actor,
-                            tenant=schedule.tenant,
-                            schedule_id=schedule.id,
-                            slot_key=fire.slot_key,
-                            data={"run": run_id, "slot_at": fire.slot_at},
-                        )
+                if new:
+                    # One entry per chunk commits to all its runs, as dispatch does.
+                    fired = [
+                        (run_id, schedule.id, fire.slot_key, fire.slot_at, fire.due_at)
                         for fire, run_id in zip(new, report.inserted, strict=True)
-                    ],
-                )
+                    ]
+                    self._append(
+                        actor,
+                        [
+                            AuditEvent(
+                                FIRES_BACKFILLED,
+                                actor=actor,
+                                tenant=schedule.tenant,
+                                schedule_id=schedule.id,
+                                data=batch_data(fired),
+                            )
+                        ],
+                    )
             dispatched += len(report.inserted)
             already += len(report.already)
         log.info(

@@ -86,7 +86,7 @@ async def test_the_audit_view_lists_every_chain_and_the_newest_entries(
     for chain in ("system", "tenant:billing", "tenant:ops"):
         assert chain in text
     assert "never verified" in text
-    assert "fire.dispatched" in text
+    assert "fires.dispatched" in text
 
 
 async def test_v_verifies_and_the_view_shows_the_chains_verified_to_their_heads(

@@ -20,7 +20,7 @@ from tests.cli.support import db_state
 from tests.conftest import T0, run_cli
 
 CHAIN = tenant_chain("default")
-TRIGGERS = 29  # with the create: entries 1..30 in tenant:default
+TRIGGERS = 29  # the opening, the create and 29 triggers: entries 1..31 in tenant:default
 
 needs_shell = pytest.mark.skipif(
     shutil.which("sqlite3") is None,
@@ -30,7 +30,8 @@ needs_shell = pytest.mark.skipif(
 
 @pytest.fixture
 def audited(tmp_path: Path) -> Path:
-    """A database whose tenant:default chain holds 30 entries: a create and 29 triggers."""
+    """A database whose tenant:default chain holds 31 entries: its opening, a create and 29
+    triggers."""
     db = tmp_path / "vortos.db"
     with open_engine(db, clock=ManualClock(T0)) as engine:
         engine.service.create(
@@ -65,7 +66,7 @@ def head_of(db: Path) -> str:
 def test_an_untouched_chain_verifies_and_prints_its_head(audited: Path) -> None:
     code, out, err = verify_cli(audited, "--full")
     assert code == 0, err
-    assert f"--expect-head {CHAIN}=30:" in out
+    assert f"--expect-head {CHAIN}=31:" in out
 
 
 @needs_shell
@@ -106,7 +107,7 @@ def test_an_untouched_chain_verifies_and_prints_its_head(audited: Path) -> None:
             "UPDATE audit_entries SET seq = seq - 999 "
             "WHERE chain = 'tenant:default' AND seq >= 1015; "
             "INSERT INTO audit_entries SELECT chain, 15, 'schedule.deleted', 'mallory', tenant, "
-            "schedule_id, NULL, at, '{}', prev_hash, hash, key_id, signature "
+            "schedule_id, NULL, at, '{}', prev_hash, hash, key_id, signature, seal "
             "FROM audit_entries WHERE chain = 'tenant:default' AND seq = 16;",
             15,
             "content does not match its hash",
@@ -141,7 +142,7 @@ def test_data_respelled_with_the_same_content_verifies_as_the_hash_covers_conten
     order alone are no change (as before the shortcut), and other content is (above)."""
     with open_engine(audited, readonly=True) as engine:
         stored = engine.storage.audit.entries(CHAIN, after_seq=11, limit=1)[0]
-    assert stored.data_json == '{"name":"report","run":11,"version":1}'
+    assert stored.data_json == '{"name":"report","run":10,"version":1}'
     respelled = json.dumps(dict(reversed(list(stored.data.items()))), indent=1)
     assert respelled != stored.data_json
     shell(
@@ -162,7 +163,7 @@ def test_a_forged_entry_appended_with_a_made_up_signature_is_found(audited: Path
         head = engine.storage.audit.head(CHAIN)
     forged_hash = content_hash(
         chain=CHAIN,
-        seq=31,
+        seq=32,
         event="schedule.deleted",
         actor="mallory",
         tenant="default",
@@ -174,21 +175,21 @@ def test_a_forged_entry_appended_with_a_made_up_signature_is_found(audited: Path
     )
     shell(
         audited,
-        "INSERT INTO audit_entries VALUES ('tenant:default', 31, 'schedule.deleted', 'mallory', "
+        "INSERT INTO audit_entries VALUES ('tenant:default', 32, 'schedule.deleted', 'mallory', "
         f"'default', NULL, NULL, {T0}, '{{}}', '{head.hash}', '{forged_hash}', 'k', "
-        f"'{'0' * 64}');",
+        f"'{'0' * 64}', NULL);",
     )
     code, _, err = verify_cli(audited, "--full")
     assert code == 1
-    assert "broken at entry 31" in err
-    assert "key k, which is not in the key ring" in err
+    assert "broken at entry 32" in err
+    assert "signed with key k, but the chain is signed with" in err
 
 
 @needs_shell
 def test_a_truncated_tail_is_found_by_the_last_verification_and_by_an_expected_head(
     audited: Path,
 ) -> None:
-    expected = head_of(audited)  # verifies, and remembers the head (30)
+    expected = head_of(audited)  # verifies, and remembers the head (31)
     shell(audited, "DELETE FROM audit_entries WHERE chain = 'tenant:default' AND seq > 27")
     code, _, err = verify_cli(audited)
     assert code == 1
@@ -218,14 +219,14 @@ def test_verification_resumes_from_the_last_one_and_reads_only_new_entries(
         keys = load_keyring(db, create=False)
         first = verify(log, keys, chains=["tenant:big"])
         assert first.intact
-        assert first.chains[0].checked == 100_000
-        assert first.chains[0].head.seq == 100_000
+        assert first.chains[0].checked == 100_001  # with the chain's opening
+        assert first.chains[0].head.seq == 100_001
         log.append([AuditEvent("test.event", actor="bench", tenant="big") for _ in range(10)])
         again = verify(log, keys, chains=["tenant:big"])
         assert again.intact
-        assert (again.chains[0].resumed_from, again.chains[0].checked) == (100_000, 10)
+        assert (again.chains[0].resumed_from, again.chains[0].checked) == (100_001, 10)
         full = verify(log, keys, chains=["tenant:big"], full=True)
-        assert full.chains[0].checked == 100_010
+        assert full.chains[0].checked == 100_011
         assert len(log.checkpoints("tenant:big")) == 100  # one per 1,000 entries
 
 
@@ -235,7 +236,9 @@ def test_export_verifies_offline_and_an_edited_export_does_not(audited: Path) ->
     code, _, err = verify_cli(audited, "--file", str(exported))
     assert code == 0, err
     lines = exported.read_text().splitlines()
-    lines[3] = lines[3].replace('"actor": "bob"', '"actor": "eve"')
+    # Line 1 is the database's key lineage; entry 4 of the first chain is line 5.
+    assert '"vortos_audit_export"' in lines[0]
+    lines[4] = lines[4].replace('"actor": "bob"', '"actor": "eve"')
     exported.write_text("\n".join(lines) + "\n")
     code, _, err = verify_cli(audited, "--file", str(exported))
     assert code == 1
@@ -265,7 +268,8 @@ def test_the_wrong_key_fails_verification_cleanly(audited: Path, tmp_path: Path)
     )
     assert result.code == 1
     assert "broken at entry 1" in result.stderr
-    assert "not in the key ring" in result.stderr
+    # The key's root is not the database's: named as such, not as tampering of an entry.
+    assert "not the one trusted" in result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -300,10 +304,11 @@ def test_every_change_and_lease_change_is_in_a_chain(tmp_path: Path) -> None:
         ]
         system = [e.event for e in reversed(engine.storage.audit.latest(SYSTEM_CHAIN, limit=9))]
     assert events == [
+        ("audit.chain_opened", "a"),
         ("schedule.created", "a"),
         ("schedule.paused", "b"),
         ("schedule.resumed", "c"),
-        ("fire.dispatched", "node-1"),
+        ("fires.dispatched", "node-1"),
         ("schedule.deleted", "d"),
     ]
-    assert system == ["leader.acquired", "leader.released"]
+    assert system == ["audit.chain_opened", "leader.acquired", "leader.released"]

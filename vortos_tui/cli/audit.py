@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,23 +12,28 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.control import RemoteService
-from engine.domain.audit import ChainPoint, parse_point
-from engine.domain.errors import InvalidInput, VortosError
+from engine.domain.audit import ChainPoint, KeyRing, parse_point, summary
+from engine.domain.audit_keys import KeyKind
+from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
 from engine.governance.audit import (
+    ChainReport,
+    PublicRoot,
     Verification,
     read_export,
     verify,
     verify_export,
     what_was_checked,
 )
-from engine.governance.keys import key_source, load_keyring, rotate_key_file
+from engine.governance.keys import begin_rotation, key_source, load_keyring
 from vortos_tui.cli.context import open_existing, open_for_read, operator, state
 from vortos_tui.cli.files import private_output
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, one_line, say, stdout
 
 app = typer.Typer(
-    help="The audit chains: verify, export, tail; rotate the key.", no_args_is_help=True
+    help="The audit chains: verify (with the secret key or only the public one), export, "
+    "tail, archive, anchor; seal an epoch and rotate the key.",
+    no_args_is_help=True,
 )
 
 Chain = Annotated[
@@ -35,6 +41,27 @@ Chain = Annotated[
     typer.Option("--chain", help="Only this chain (repeat): tenant:NAME or system."),
 ]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only (messages go to stderr).")]
+PublicKeyFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--public-key",
+        help="Verify with only this public key file (`vortos audit public-key` writes it): "
+        "no secret is read, so whoever runs this can check but never sign.",
+    ),
+]
+
+
+def _public_root(path: Path | None) -> PublicRoot | None:
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"--public-key {path} cannot be read: {exc.strerror}") from None
+    try:
+        return PublicRoot.from_json(json.loads(text))
+    except (ValueError, AttributeError) as exc:
+        raise InvalidInput(f"--public-key {path}: {exc}") from None
 
 
 FULL_HINT = "run `vortos audit verify --full` to check them too"
@@ -42,6 +69,14 @@ FULL_HINT = "run `vortos audit verify --full` to check them too"
 
 class ChainBroken(VortosError):
     exit_code = 1
+
+
+def _state(report: ChainReport) -> Text:
+    if report.problem is None:
+        return Text("intact", style="green")
+    if report.problem.unverifiable:
+        return Text("UNVERIFIED", style="bold yellow")
+    return Text("BROKEN", style="bold red")
 
 
 def _expectations(items: list[str] | None) -> dict[str, ChainPoint]:
@@ -69,9 +104,7 @@ def _report(result: Verification, as_json: bool) -> None:
         for report in result.chains:
             table.add_row(
                 report.chain,
-                Text("intact", style="green")
-                if report.intact
-                else Text("BROKEN", style="bold red"),
+                _state(report),
                 str(report.head.seq),
                 str(report.checked),
                 str(report.trusted_through) if report.trusted_through else "-",
@@ -81,10 +114,13 @@ def _report(result: Verification, as_json: bool) -> None:
         stdout.print(table)
     broken = [r for r in result.chains if not r.intact]
     if broken:
+        # Tampering first: it is what an operator must see, whatever else could not be checked.
+        broken.sort(key=lambda r: r.problem is not None and r.problem.unverifiable)
         first = broken[0]
         assert first.problem is not None
+        what = "cannot be verified from" if first.problem.unverifiable else "is broken at"
         raise ChainBroken(
-            f"audit chain {first.chain} is broken at entry {first.problem.seq}: "
+            f"audit chain {first.chain} {what} entry {first.problem.seq}: "
             f"{first.problem.reason}"
             + (f" (and {len(broken) - 1} more chain(s))" if len(broken) > 1 else "")
         )
@@ -125,12 +161,19 @@ def verify_(
         Path | None,
         typer.Option("--file", help="Verify an export (JSON lines) offline, each chain in full."),
     ] = None,
+    public_key: PublicKeyFile = None,
     as_json: Json = False,
 ) -> None:
-    """Prove the audit chains intact, or name the first broken entry (exit 1). Resumes from the
-    last verification's signed mark unless --full, and says so; needs the audit key."""
+    """Prove the audit chains intact, or name the first broken entry (exit 1).
+
+    With the secret key: resumes from the last verification's signed mark unless --full, and
+    says so. With --public-key (an auditor's): walks everything it is given in full and
+    vouches only for what Ed25519 signatures cover (chain openings, epoch seals, rotations,
+    checkpoints, an export's signed heads); entries signed only with the secret key after the
+    last such signature are reported, not passed."""
     expect = _expectations(expect_head)
     cli = state(ctx)
+    root = _public_root(public_key)
     if from_file is not None:
         if from_file.is_dir():
             raise InvalidInput(
@@ -138,10 +181,14 @@ def verify_(
             )
         if not from_file.is_file():
             raise InvalidInput(f"--file {from_file} does not exist")
-        keys = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
+        keys = (
+            None
+            if root is not None
+            else load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
+        )
         try:
             with from_file.open(encoding="utf-8") as handle:
-                result = verify_export(read_export(handle), keys, expect=expect)
+                result = verify_export(read_export(handle), keys, expect=expect, root=root)
         except ValueError as exc:
             raise InvalidInput(f"{from_file}: {exc}") from None
         except OSError as exc:
@@ -149,6 +196,15 @@ def verify_(
         if not result.chains:
             # An empty report would read as "every chain intact": it proves nothing.
             raise InvalidInput(f"{from_file} holds no audit entries: nothing was verified")
+        _report(result, as_json)
+        return
+    if root is not None:
+        with open_for_read(ctx) as reader:
+            readable, unreadable = reader.service.audit_chains_to_verify(
+                actor=operator(), wanted=chains, expected=list(expect)
+            )
+            result = verify(reader.storage.audit, None, chains=readable, expect=expect, root=root)
+        result.unreadable = unreadable
         _report(result, as_json)
         return
     if cli.control_socket is not None:
@@ -187,15 +243,40 @@ def export_(
         typer.Option("--force", help="Replace an existing --output file (atomically)."),
     ] = False,
 ) -> None:
-    """Every entry as JSON lines, chain by chain, for archiving or `verify --file`."""
+    """Every entry as JSON lines, chain by chain, for archiving or `verify --file`: first the
+    database's key lineage (public halves), and each chain closed by its head signed with the
+    key's public half when this account holds the key, so `verify --file --public-key` can
+    vouch for every entry."""
+    keys = _signing_keys(ctx)
     with open_for_read(ctx) as engine:
         readable = engine.service.audit_chains(actor=operator(), wanted=chains)
         if output is None:
-            count = engine.service.audit_export(sys.stdout, actor=operator(), chains=readable)
+            count = engine.service.audit_export(
+                sys.stdout, actor=operator(), chains=readable, keys=keys
+            )
         else:
             with private_output(output, force=force) as handle:
-                count = engine.service.audit_export(handle, actor=operator(), chains=readable)
+                count = engine.service.audit_export(
+                    handle, actor=operator(), chains=readable, keys=keys
+                )
         say(f"exported {count} audit entr{'y' if count == 1 else 'ies'}")
+        if keys is None:
+            say(
+                "the heads are not signed (this account holds no audit key): a verification "
+                "with --public-key vouches only for entries up to each chain's last seal or "
+                "checkpoint"
+            )
+
+
+def _signing_keys(ctx: typer.Context) -> KeyRing | None:
+    """The audit key when this account can read it (to sign an export's heads), else None."""
+    cli = state(ctx)
+    if cli.control_socket is not None:
+        return None
+    try:
+        return load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
+    except (AuditKeyMissing, InvalidInput):
+        return None
 
 
 @app.command("tail", epilog=EXIT_CODES)
@@ -219,30 +300,101 @@ def tail(
     for column in ("AT (UTC)", "CHAIN", "SEQ", "EVENT", "ACTOR", "SLOT KEY / DATA"):
         table.add_column(column)
     for entry in entries:
-        data = entry.slot_key or ", ".join(f"{k}={v}" for k, v in sorted(entry.data.items()))
+        data = (
+            entry.slot_key
+            or summary(entry.event, entry.data)
+            or ", ".join(f"{k}={v}" for k, v in sorted(entry.data.items()))
+        )
         # One row per entry: a newline in a stored note must not start a forged one.
         cells = (iso_utc(entry.at), entry.chain, str(entry.seq), entry.event, entry.actor, data)
         table.add_row(*map(one_line, cells))
     stdout.print(table)
 
 
-@app.command("rotate-key", epilog=EXIT_CODES)
-@handles_errors
-def rotate_key(ctx: typer.Context) -> None:
-    """Add a new signing key to the key file; older keys stay, so old entries still verify."""
+def _key_file(ctx: typer.Context, what: str) -> tuple[str, Path | None]:
     cli = state(ctx)
     if cli.control_socket is not None:
         raise InvalidInput(
-            "the audit key belongs to the account that runs `vortos run --control-socket`: "
-            "rotate it as that account, without --control-socket"
+            f"the audit key belongs to the account that runs `vortos run --control-socket`: "
+            f"{what} as that account, without --control-socket"
         )
-    where, path = key_source(cli.db, cli.settings.audit_key_file)
+    return key_source(cli.db, cli.settings.audit_key_file)
+
+
+@app.command("rotate-key", epilog=EXIT_CODES)
+@handles_errors
+def rotate_key(ctx: typer.Context) -> None:
+    """Replace the signing key with a new random one, recorded in the chain.
+
+    Every chain gets a `audit.key_rotated` entry signed and sealed by the old key, naming the
+    new one; the database's key lineage records it, endorsed by the old key; the key file
+    then holds only the new key (the old one is gone from it). From then on an entry signed
+    with the old key fails verification. A running `vortos run` on this host picks the new
+    key up at its next write; other hosts need the new key file copied to them (until then
+    they refuse to sign and say so)."""
+    where, path = _key_file(ctx, "rotate it")
     if path is None:
         raise InvalidInput(
-            f"the key comes from {where}: rotate it there (append a new key after a comma)"
+            f"the key comes from {where}: rotating needs a key file (set audit_key_file), so "
+            "that the new key is written where every restart finds it"
         )
-    key_id = rotate_key_file(path)
-    say(f"new audit signing key {key_id} added to {where}; keep a backup of the file")
+    cli = state(ctx)
+    with open_existing(ctx) as engine:
+        ring = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
+        new = begin_rotation(path, ring)
+        period = engine.storage.audit.transition(KeyKind.ROTATED, new, operator())
+    say(
+        f"audit key rotated: {ring.active_id} (epoch {ring.epoch}) retired, {period.key_id} "
+        f"(epoch {period.epoch}) signs from now on; {where} holds only the new key: keep a "
+        "backup of it and copy it to every node"
+    )
+
+
+@app.command("seal", epilog=EXIT_CODES)
+@handles_errors
+def seal_(ctx: typer.Context) -> None:
+    """Seal the current epoch: the key evolves one way to the next epoch's, the old one is
+    erased from the key file, and a key stolen from now on cannot sign anything of the sealed
+    epoch. `vortos run` seals by itself every `audit_epoch` (a setting)."""
+    where, _path = _key_file(ctx, "seal")
+    with open_existing(ctx) as engine:
+        audit = engine.storage.audit
+        ring = audit.keys()
+        period = audit.transition(KeyKind.EVOLVED, ring.current.evolved(), operator())
+    say(
+        f"epoch {period.epoch - 1} sealed: the key evolved to {period.key_id} (epoch "
+        f"{period.epoch}); the sealed epoch's key is gone from {where}"
+    )
+
+
+@app.command("public-key", epilog=EXIT_CODES)
+@handles_errors
+def public_key_(
+    ctx: typer.Context,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write here instead of stdout (a new file)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
+) -> None:
+    """What an auditor needs to verify exports and archives with no secret: the database's id
+    and its root public key, as JSON (`verify --public-key FILE`). It cannot sign anything."""
+    with open_for_read(ctx) as engine:
+        identity = engine.storage.audit.identity()
+    if identity is None or not identity[1]:
+        raise InvalidInput(
+            "this database records no audit key yet (nothing was written to it): run "
+            "`vortos db init` (or any change) first"
+        )
+    database_id, periods = identity
+    root = min(periods, key=lambda p: p.epoch)
+    text = json.dumps(PublicRoot(database_id, root.key_id, root.public_key).to_json(), indent=2)
+    if output is None:
+        sys.stdout.write(text + "\n")
+        return
+    with private_output(output, force=force) as handle:
+        handle.write(text + "\n")
+    say(f"public key of database {database_id} written to {output}: give it to your auditors")
 
 
 # `archive` and `anchor` (vortos_tui.cli.audit_archive): the chain's retention and anchors.

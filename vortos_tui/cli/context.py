@@ -145,7 +145,15 @@ def open_to_serve(ctx: typer.Context, *, node_id: str | None = None) -> Engine:
     itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket).
     Its daemons lead with the lease driver of `cli.plugins()` (call it first, with the
     command's --lease-driver)."""
-    return _open(state(ctx), create=True, node_id=node_id)
+    engine = _open(state(ctx), create=True, node_id=node_id)
+    try:
+        # A node whose audit key is not the database's stops now, naming both keys, not at
+        # its first fire.
+        engine.storage.audit.establish()
+    except BaseException:
+        engine.close()
+        raise
+    return engine
 
 
 def _open(

@@ -27,7 +27,9 @@ def init(ctx: typer.Context) -> None:
         return
     with open_for_write(ctx) as engine:
         info = engine.storage.describe()
+        ring = engine.storage.audit.establish()
         say(f"database ready: {info['path']} (schema version {info['schema_version']})")
+        say(f"audit key {ring.active_id} (epoch {ring.epoch}) is this database's")
 
 
 @app.command("migrate", epilog=EXIT_CODES)
@@ -40,9 +42,7 @@ def migrate(ctx: typer.Context) -> None:
     _refuse_through_a_socket(ctx, "db migrate")
     cli = state(ctx)
     if not is_postgres_url(cli.db):
-        with open_for_write(ctx) as engine:
-            info = engine.storage.describe()
-            say(f"database ready: {info['path']} (schema version {info['schema_version']})")
+        init(ctx)
         return
     from engine.backends.postgres import migrate_database  # noqa: PLC0415 - the postgres extra
 
@@ -66,6 +66,12 @@ def migrate(ctx: typer.Context) -> None:
             "note: every node signs the audit chain and needs the same key; set audit_key_file "
             f"(vortos.toml or {KEY_FILE_ENV}) and run this again to create it, or set {KEY_ENV}"
         )
+        return
+    # The key is recorded now, in a transaction: hosts migrating at once agree on one key or
+    # lose (AuditKeyMismatch, exit 2, naming both fingerprints).
+    with open_for_write(ctx) as engine:
+        ring = engine.storage.audit.establish()
+    say(f"audit key {ring.active_id} (epoch {ring.epoch}) is this database's")
 
 
 def _refuse_through_a_socket(ctx: typer.Context, command: str) -> None:

@@ -51,7 +51,7 @@ _INSERT = (
     "SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[])) "
     f"INSERT INTO audit_entries ({COLUMNS}) SELECT * FROM unnest(%b::text[], %b::bigint[], "
     "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::bigint[], %b::text[], "
-    "%b::text[], %b::text[], %b::text[], %b::text[])"
+    "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[])"
 )
 # The distinct chains by hopping along the primary key (one seek per chain), not by reading
 # every entry (a chain holds an entry per fire); in byte order, as SQLite sorts them.
@@ -60,7 +60,8 @@ _CHAINS = (
     "SELECT (SELECT min(chain) FROM audit_entries WHERE chain > c.chain) FROM c "
     "WHERE c.chain IS NOT NULL) "
     "SELECT chain FROM (SELECT chain FROM c WHERE chain IS NOT NULL "
-    'UNION SELECT chain FROM audit_verified) AS u ORDER BY chain COLLATE "C"'
+    "UNION SELECT chain FROM audit_verified UNION SELECT chain FROM audit_chains) AS u "
+    'ORDER BY chain COLLATE "C"'
 )
 
 
@@ -70,10 +71,15 @@ def _columns(records: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
 
 
 def append_in(
-    conn: psycopg.Connection[Row], events: Sequence[AuditEvent], now_ms: int, keys: KeyRing
+    conn: psycopg.Connection[Row],
+    events: Sequence[AuditEvent],
+    now_ms: int,
+    log: PostgresAuditLog,
+    *,
+    keys: KeyRing | None = None,
 ) -> list[AuditEntry]:
     """Append inside the transaction `conn` holds (or a transaction of its own when it holds
-    none): the entries land or fail with it. Three round trips whatever the number of events
+    none): the entries land or fail with it. A few round trips whatever the number of events
     and chains."""
     if not events:
         return []
@@ -82,32 +88,49 @@ def append_in(
     with write_tx(conn) if idle else nullcontext(conn):
         chains = sorted({event.chain for event in events})
         conn.execute(_LOCK, ([advisory_key(f"audit:{chain}") for chain in chains],))
-        # Read only now: under READ COMMITTED this statement sees every append committed
-        # before the locks were granted.
+        # Read only now: under READ COMMITTED these statements see every append, epoch seal
+        # and rotation committed before the locks were granted (a seal holds every chain's).
+        keys = keys or log.signing_keys(conn, now_ms)
         heads = {
             chain: ChainPoint(0, GENESIS) if seq is None else ChainPoint(seq, head)
             for chain, seq, head in rows(conn, _HEADS, (chains,))
         }
-        sealed, checkpoints = seal_events(events, heads.__getitem__, now_ms, keys)
+        opening = log.chain_openings(conn, chains)
+        sealed, checkpoints = seal_events(events, heads.__getitem__, now_ms, keys, opening=opening)
         conn.execute(
-            _INSERT, (*_columns(checkpoints, 5), *_columns([entry_values(e) for e in sealed], 13))
+            _INSERT, (*_columns(checkpoints, 5), *_columns([entry_values(e) for e in sealed], 14))
         )
+        if opening:
+            log.opened(conn, sealed)
     return sealed
 
 
 class PostgresAuditLog(SqlAuditLog[PgPool]):
     CHAINS = _CHAINS
 
+    def _append_in(
+        self,
+        conn: psycopg.Connection[Row],
+        events: Sequence[AuditEvent],
+        now_ms: int,
+        keys: KeyRing,
+    ) -> list[AuditEntry]:
+        return append_in(conn, events, now_ms, self, keys=keys)
+
+    def _lock_chains(self, conn: psycopg.Connection[Row], chains: Sequence[str]) -> None:
+        # The same locks, in the same (sorted) order, as every append takes: no deadlock.
+        conn.execute(_LOCK, ([advisory_key(f"audit:{c}") for c in sorted(chains)],))
+
     def append(self, events: Sequence[AuditEvent]) -> list[AuditEntry]:
         if not events:
             return []
         conn = self._pool.get()
         with storage_errors(self._pool.where):
-            return append_in(conn, events, self._clock.now_ms(), self.keys())
+            return append_in(conn, events, self._clock.now_ms(), self)
 
     def append_in(
         self, conn: psycopg.Connection[Row], events: Sequence[AuditEvent], now_ms: int
     ) -> list[AuditEntry]:
         """`append` inside the transaction `conn` holds, at `now_ms` (dispatch appends each
-        fire's entry in the transaction that writes the fire)."""
-        return append_in(conn, events, now_ms, self.keys())
+        batch's entry in the transaction that writes its fires)."""
+        return append_in(conn, events, now_ms, self)

@@ -120,7 +120,7 @@ class PostgresDispatcher(SqlDispatcher[PgPool]):
         shard: tuple[int, int] | None = None,
     ) -> DispatchReport:
         sharded, shard_args = _shard_args(shard)
-        keys = self._audit.keys()  # before any lock is taken: it may have to be loaded
+        self._audit.keys()  # before any lock is taken: it may have to be loaded
         report = DispatchReport()
         with self._pool.transaction() as conn:
             lease = first(conn, _FENCE, (lease_key,))
@@ -142,8 +142,8 @@ class PostgresDispatcher(SqlDispatcher[PgPool]):
                 if (fire.tenant, fire.slot_key) in landed
             ]
             report.already_dispatched = len(plans) - len(runs)
-            # Each fire's audit entry commits with it: no fire without its record.
-            append_in(conn, [fired(run) for run in runs], now_ms, keys)
+            # The batch's audit entry commits with its fires: no fire without its record.
+            append_in(conn, fired(runs), now_ms, self._audit)
         report.dispatched = runs
         return report
 

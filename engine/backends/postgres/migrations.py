@@ -32,4 +32,48 @@ CREATE TABLE plugin_health (
     PRIMARY KEY (node_id, port, plugin)
 );
 """,
+    # The audit chain at scale: key lineage and identity, seals, chain openings, anchors.
+    3: """
+ALTER TABLE audit_entries ADD COLUMN seal TEXT;
+-- The database's identity and audit key lineage, chain openings and archive anchors (see
+-- the SQLite schema).
+CREATE TABLE audit_identity (
+    one         INTEGER PRIMARY KEY CHECK (one = 1),
+    database_id TEXT NOT NULL,
+    created_at  BIGINT NOT NULL
+);
+CREATE TABLE audit_keys (
+    epoch       INTEGER PRIMARY KEY,
+    key_id      TEXT NOT NULL UNIQUE,
+    public_key  TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind IN ('root', 'evolved', 'rotated')),
+    started_at  BIGINT NOT NULL,
+    endorsement TEXT NOT NULL
+);
+CREATE TABLE audit_chains (
+    chain      TEXT PRIMARY KEY,
+    opened_seq BIGINT NOT NULL
+);
+CREATE TABLE audit_anchors (
+    chain     TEXT PRIMARY KEY,
+    seq       BIGINT NOT NULL,
+    hash      TEXT NOT NULL,
+    key_id    TEXT NOT NULL,
+    at        BIGINT NOT NULL,
+    signature TEXT NOT NULL,
+    archive   TEXT NOT NULL
+);
+-- Entries up to a chain's anchor were archived (and verified there): only they may go.
+CREATE FUNCTION vortos_audit_prune_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.seq <= coalesce((SELECT seq FROM audit_anchors WHERE chain = OLD.chain), 0) THEN
+        RETURN OLD;
+    END IF;
+    RAISE EXCEPTION 'the audit chain is append-only: only archived entries may go'
+        USING ERRCODE = 'insufficient_privilege';
+END $$;
+DROP TRIGGER audit_entries_no_delete ON audit_entries;
+CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
+    FOR EACH ROW EXECUTE FUNCTION vortos_audit_prune_only();
+""",
 }

@@ -23,7 +23,7 @@ from engine.domain.errors import DatabaseUnreadable, StorageError, VortosError
 from engine.file_modes import create_private, current_file_access
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -209,6 +209,48 @@ CREATE TABLE IF NOT EXISTS plugin_health (
     reported_at   INTEGER NOT NULL,
     PRIMARY KEY (node_id, port, plugin)
 ) WITHOUT ROWID;
+""",
+    # The audit chain at scale: key lineage and identity, seals, chain openings, anchors.
+    11: """
+ALTER TABLE audit_entries ADD COLUMN seal TEXT;
+-- The database's identity and its audit key lineage (engine.domain.audit_keys): epoch 0 is
+-- the root key, recorded by the first process that needs a key; each later epoch's public key
+-- is endorsed by the epoch before. Only public halves and fingerprints are stored.
+CREATE TABLE audit_identity (
+    one         INTEGER PRIMARY KEY CHECK (one = 1),
+    database_id TEXT NOT NULL,
+    created_at  INTEGER NOT NULL
+);
+CREATE TABLE audit_keys (
+    epoch       INTEGER PRIMARY KEY,
+    key_id      TEXT NOT NULL UNIQUE,
+    public_key  TEXT NOT NULL,
+    kind        TEXT NOT NULL CHECK (kind = 'root' OR kind = 'evolved' OR kind = 'rotated'),
+    started_at  INTEGER NOT NULL,
+    endorsement TEXT NOT NULL
+);
+-- Each chain and the sequence of its opening entry (the entries before it predate openings).
+CREATE TABLE audit_chains (
+    chain      TEXT PRIMARY KEY,
+    opened_seq INTEGER NOT NULL
+) WITHOUT ROWID;
+-- Where each chain's archived part ends: the entries up to seq were sealed into an archive
+-- and may be pruned; verification resumes from this signed point.
+CREATE TABLE audit_anchors (
+    chain     TEXT PRIMARY KEY,
+    seq       INTEGER NOT NULL,
+    hash      TEXT NOT NULL,
+    key_id    TEXT NOT NULL,
+    at        INTEGER NOT NULL,
+    signature TEXT NOT NULL,
+    archive   TEXT NOT NULL
+) WITHOUT ROWID;
+DROP TRIGGER audit_entries_no_delete;
+CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
+WHEN OLD.seq > coalesce((SELECT seq FROM audit_anchors WHERE chain = OLD.chain), 0)
+BEGIN
+    SELECT RAISE(ABORT, 'the audit chain is append-only: only archived entries may go');
+END;
 """,
 }
 

@@ -110,8 +110,8 @@ class SqliteDispatcher(SqlDispatcher[ConnectionPool]):
                 fires = [f for f in fires if f[0] in landed]
             conn.executemany(_INSERT_FIRES, fires)
             conn.executemany(_ADVANCE, advances)
-            # Each fire's audit entry commits with it: no fire without its record.
-            append_in(conn, [fired(run) for run in runs], now_ms, self._audit.keys())
+            # The batch's audit entry commits with its fires: no fire without its record.
+            append_in(conn, fired(runs), now_ms, self._audit)
         report.dispatched = runs
         return report
 

@@ -12,6 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.widgets import Static
 
 from engine import AuditOverview, ChainStatus, ReadModel
+from engine.domain.audit import summary
 from vortos_tui.console.actions import VerifyRun
 from vortos_tui.console.context import ConsoleContext
 from vortos_tui.console.format import instant
@@ -31,9 +32,12 @@ def verification(status: ChainStatus) -> Text:
     return Text(f"{behind} since last verify", style="yellow")
 
 
-def entry_detail(data: dict[str, Any], slot_key: str | None) -> str:
+def entry_detail(data: dict[str, Any], slot_key: str | None, event: str = "") -> str:
     if slot_key:
         return slot_key
+    said = summary(event, data)
+    if said is not None:
+        return said
     return ", ".join(f"{k}={v}" for k, v in sorted(data.items()) if k != "definition")
 
 
@@ -137,7 +141,7 @@ class AuditView(LiveView):
                         instant(e.at, zone, now_ms),
                         e.event,
                         e.actor,
-                        entry_detail(dict(e.data), e.slot_key),
+                        entry_detail(dict(e.data), e.slot_key, e.event),
                     ),
                 )
                 for e in data.recent
