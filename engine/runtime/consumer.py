@@ -71,6 +71,9 @@ SETTLE_LINGER_MS = 5
 # Fires waiting in the queue are asked whether they were cancelled this often (running ones
 # at every step).
 QUEUED_CANCEL_LOOK_S = 0.2
+# A settle transaction logs a line per completed run up to this many, one for all above it
+# (a run that failed, was cancelled, skipped or dead-lettered always has its own line).
+LOG_EACH_UP_TO = 8
 DEFAULT_CLAIM_TTL_MS = 60_000
 MIN_CLAIM_TTL_MS = 1_000
 DEFAULT_GRACE_MS = 30_000
@@ -514,6 +517,7 @@ class FireQueueConsumer:
         talk = log.isEnabledFor(logging.INFO)
         inflight = self._inflight
         by_outcome = self.stats.by_outcome
+        plain: list[Fire] = []  # completed without an error, logged together when many
         for s in settlements:
             item = inflight.pop(s.run_id, None)
             state = s.run_state.value
@@ -522,18 +526,26 @@ class FireQueueConsumer:
                 continue
             if observe:
                 self._observer.settled(item.fire, s, item.ran_s, acked=s.run_id not in stale)
-            if talk:
-                fire = item.fire
-                log.info(
-                    "run %d %s/%s slot %s attempt %d: %s%s",
-                    fire.run_id,
-                    fire.tenant,
-                    fire.schedule_name,
-                    iso_utc(fire.slot_at),
-                    fire.attempts,
-                    state,
-                    f" ({s.error})" if s.error else "",
-                )
+            if not talk:
+                continue
+            if s.run_state is RunState.COMPLETED and s.error is None:
+                plain.append(item.fire)
+            else:
+                _log_run(item.fire, state, s.error)
+        if len(plain) > LOG_EACH_UP_TO:
+            # Thousands of fires a second would be thousands of lines: one for the batch.
+            first, last = plain[0], plain[-1]
+            log.info(
+                "%d runs completed (runs %d to %d, slots %s to %s)",
+                len(plain),
+                first.run_id,
+                last.run_id,
+                iso_utc(min(f.slot_at for f in plain)),
+                iso_utc(max(f.slot_at for f in plain)),
+            )
+        else:
+            for fire in plain:
+                _log_run(fire, RunState.COMPLETED.value, None)
         self.stats.settled += len(report.acked)
         self.stats.stale += len(report.stale)
         for rid in report.stale:
@@ -590,6 +602,19 @@ class FireQueueConsumer:
         if enqueuer is not None:
             return hand_over(enqueuer, fire, retry, self._clock)
         return execute(command, fire, item.ctx, retry, self._clock, runner)
+
+
+def _log_run(fire: Fire, state: str, error: str | None) -> None:
+    log.info(
+        "run %d %s/%s slot %s attempt %d: %s%s",
+        fire.run_id,
+        fire.tenant,
+        fire.schedule_name,
+        iso_utc(fire.slot_at),
+        fire.attempts,
+        state,
+        f" ({error})" if error else "",
+    )
 
 
 # A fire waiting for a worker is not started once asked to stop for these. (One whose claim
