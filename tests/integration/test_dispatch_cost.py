@@ -208,14 +208,21 @@ def test_a_dispatched_fire_costs_a_bounded_number_of_statements_and_pages(costs:
             f"{statements:.2f} statements per fire ({cached}): {dict(large.by_statement)}"
         )
         fixed = small.statements - statements * N1
-        assert fixed <= 10, f"{fixed:.0f} statements per transaction besides the fires' ({cached})"
+        # Per transaction: the lease fence, the due scan, the run ids, the audit key's epoch
+        # (a sealed or rotated key is noticed at the next write), whether the chain is
+        # opened, its head, the batch entry, the commit, and the daemon's next-due reads;
+        # cold, the chain's opening too (its database id, the entry, its row).
+        bound = 15 if cached == "cold" else 12
+        assert fixed <= bound, (
+            f"{fixed:.0f} statements per transaction besides the fires' ({cached}): "
+            f"{dict(small.by_statement)}"
+        )
         # Pages written to the WAL: rows of a few hundred bytes in four tables and their
         # indexes (0.34 per fire when this was written).
         pages = per_fire(small.pages, large.pages)
         assert pages <= 0.45, f"{pages:.2f} WAL pages per fire ({cached})"
 
 
-@pytest.mark.xfail(strict=True, reason="batch audit entry: lead")
 def test_a_dispatch_transaction_appends_at_most_two_audit_entries_whatever_its_size(
     costs: Costs,
 ) -> None:
