@@ -128,13 +128,13 @@ def test_a_rotation_reaches_a_running_service_without_a_restart(tmp_path: Path) 
         def batches_signed_by(key_id: str) -> int:
             conn = apsw.Connection(str(db), flags=apsw.SQLITE_OPEN_READONLY)
             try:
-                return int(
-                    conn.execute(
-                        "SELECT count(*) FROM audit_entries WHERE event = 'fires.dispatched' "
-                        "AND key_id = ?",
-                        (key_id,),
-                    ).fetchall()[0][0]
-                )
+                found = conn.execute(
+                    "SELECT count(*) FROM audit_entries WHERE event = 'fires.dispatched' "
+                    "AND key_id = ?",
+                    (key_id,),
+                ).fetchall()[0][0]
+                assert isinstance(found, int)
+                return found
             finally:
                 conn.close()
 
