@@ -245,6 +245,33 @@ class SqlFireQueue(ABC, Generic[P]):
                 report.inserted.append(run_id)
         return report
 
+    def withdraw_ahead(self, schedule_id: str, now_ms: int) -> list[tuple[int, int]]:
+        """Delete the schedule's fires written ahead of their instant and not taken by any
+        consumer (never claimed, not yet available at `now_ms`), with their runs; (run id,
+        slot) of each. An edit withdraws them so that the slot is dispatched again from the
+        new definition: nothing ran, and the edit's audit entry names the runs withdrawn."""
+        d = self._pool.dialect
+        m = d.mark
+        with self._pool.transaction() as conn:
+            found = [
+                (int(r[0]), int(r[1]))
+                for r in conn.execute(
+                    "SELECT f.run_id, f.slot_at FROM fire_queue f JOIN runs r ON r.id = f.run_id "
+                    f"WHERE f.schedule_id = {m} AND f.available_at > {m} "
+                    "AND f.lease_token IS NULL AND f.attempts = 0 AND f.completed_at IS NULL "
+                    "AND f.discarded_at IS NULL AND r.kind = 'scheduled' "
+                    "AND r.state = 'dispatched' ORDER BY f.run_id",
+                    (schedule_id, now_ms),
+                ).fetchall()
+            ]
+            if found:
+                ids = d.bind_list([run_id for run_id, _ in found])
+                conn.execute(
+                    f"DELETE FROM fire_queue WHERE {d.one_of('run_id', m, 'bigint')}", (ids,)
+                )
+                conn.execute(f"DELETE FROM runs WHERE {d.one_of('id', m, 'bigint')}", (ids,))
+        return found
+
     # -- operators --------------------------------------------------------------------------
 
     def get(self, run_id: int) -> Fire | None:

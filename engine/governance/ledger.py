@@ -30,6 +30,7 @@ class LedgerCheck:
     runs_in: RunsIn
     batches: int = 0  # batch entries whose runs were all found and matched
     partly_pruned: int = 0  # batch entries with runs retention pruned: not matched
+    withdrawn: int = 0  # batch entries whose runs an edit withdrew before they were due
     # Batch seq -> run ids not in the ledger, until a later prune entry excuses them.
     missing: dict[int, set[int]] = field(default_factory=dict)
     # Every id range a batch committed to, [first, last] sorted by first (for the full scan).
@@ -38,6 +39,9 @@ class LedgerCheck:
     def feed(self, entry: AuditEntry) -> ChainProblem | None:
         if entry.event == PRUNED:
             self._pruned(entry.data)
+            return None
+        if "withdrawn" in entry.data:
+            self._withdrawn(entry.data["withdrawn"])
             return None
         if entry.event not in FIRE_BATCHES:
             return None
@@ -83,6 +87,18 @@ class LedgerCheck:
             if not self.missing[seq]:
                 del self.missing[seq]
                 self.partly_pruned += 1
+
+    def _withdrawn(self, ranges: Any) -> None:
+        """An edit withdrew fires written ahead, unrun (engine.service.core.update)."""
+        try:
+            ids = {int(first) + i for first, n in ranges for i in range(int(n))}
+        except (TypeError, ValueError):
+            return
+        for seq in list(self.missing):
+            self.missing[seq] -= ids
+            if not self.missing[seq]:
+                del self.missing[seq]
+                self.withdrawn += 1
 
     def finish(self) -> ChainProblem | None:
         """Runs missing from the ledger that no retention sweep pruned."""

@@ -239,6 +239,11 @@ class FireQueue(Protocol):
         """Delete these dead letters (None: every dead letter of `tenant`, or of all)."""
         ...
 
+    def withdraw_ahead(self, schedule_id: str, now_ms: int) -> list[tuple[int, int]]:
+        """Delete the schedule's fires written ahead (not yet available at `now_ms`, never
+        claimed) with their runs, inside the caller's transaction; (run id, slot) of each."""
+        ...
+
     def pending(self, limit: int = 100, tenant: str | None = None) -> list[Fire]:
         """Open fires (not completed, not discarded), oldest available first."""
         ...

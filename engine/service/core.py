@@ -18,7 +18,7 @@ from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
 from engine.domain.access import EVERY_TENANT, Operation, TenantScope, views_nothing
 from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, Approval, GatedOperation
-from engine.domain.audit import AuditEvent
+from engine.domain.audit import AuditEvent, run_ranges
 from engine.domain.clock import Clock
 from engine.domain.control_chars import refuse_control_characters
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
@@ -240,14 +240,24 @@ class ServiceCore:
         with self._changing(actor, Operation.UPDATE, spec.tenant):
             if approval is not None:
                 self.four_eyes.consume(actor, approval)
+            # Slots written ahead (the daemon's lookahead) are not due yet: they are the new
+            # definition's. Their fires are withdrawn, unrun, and dispatched again from it.
+            withdrawn = self._storage.fire_queue.withdraw_ahead(schedule.id, now)
+            if withdrawn and changed.next_slot_at == schedule.next_slot_at:
+                again = min(slot for _, slot in withdrawn)
+                changed = replace(
+                    changed,
+                    next_slot_at=again,
+                    next_fire_at=due_at(schedule.id, again, changed.timezone, changed.jitter_ms),
+                )
             stored = self._storage.schedules.update(changed, schedule.version)
-            self._record(
-                "schedule.updated",
-                actor,
-                stored,
-                before=definition(schedule),
-                definition=definition(stored),
-            )
+            changes: dict[str, Any] = {
+                "before": definition(schedule),
+                "definition": definition(stored),
+            }
+            if withdrawn:  # the ledger check excuses these runs: nothing ran
+                changes["withdrawn"] = run_ranges(r for r, _ in withdrawn)
+            self._record("schedule.updated", actor, stored, **changes)
         log.info(
             "schedule %s/%s updated by %s (%s, %s)",
             spec.tenant,

@@ -3,10 +3,9 @@ second before it is due, yet its fire never starts before its instant, and an op
 delete or edit made in between decides what runs, as if the slot had been dispatched at its
 instant.
 
-The edit cases fail today: a fire carries the command and payload of the definition it was
-dispatched from, and a claim re-checks only that its schedule still exists and is active. They
-are marked to flip once the claim also compares the schedule's version (see the report of
-issue 16's dispatch part).
+A pause or delete is re-checked when the fire is claimed; an edit withdraws the fires written
+ahead of their instant (unrun, never claimed) and the daemon dispatches those slots again from
+the new definition, the edit's audit entry naming the runs withdrawn.
 """
 
 from __future__ import annotations
@@ -211,62 +210,86 @@ def test_a_schedule_deleted_within_the_lookahead_does_not_fire_the_slot(
     assert calls.seen == []
 
 
-EDIT_NOT_RECHECKED = (
-    "a claim does not compare the schedule's version with the one its fire was dispatched "
-    "from (helper C's claim; issue 16)"
-)
+def verified_intact(engine: Engine) -> None:
+    """The ledger still matches the chain: a withdrawn run is excused by its edit's entry."""
+    from engine.governance.audit import verify  # noqa: PLC0415
+
+    result = verify(engine.storage.audit, engine.storage.audit.keys(), full=True, record=False)
+    assert result.intact, [r.problem for r in result.chains]
 
 
-@pytest.mark.xfail(strict=True, reason=EDIT_NOT_RECHECKED)
 def test_a_payload_edited_within_the_lookahead_is_the_one_the_slot_runs_with(
     engine: Engine, clock: ManualClock, calls: Calls
 ) -> None:
     engine.service.create(spec(v=1), actor="t")
-    dispatched_ahead(engine, clock)
+    daemon, old = dispatched_ahead(engine, clock)
     engine.service.update(spec(v=2), actor="t")  # same trigger: the slot stays the new one's
+    assert runs(engine) == []  # withdrawn, unrun
     clock.set(SLOT)
+    settle(daemon)  # dispatched again, from the new definition
     consumer = engine.consumer(consumer_id="c", concurrency=1)
     drive(consumer, finished(engine, consumer, 1), "the slot's run")
     assert calls.seen == [(SLOT, 2, SLOT)], NOT_THE_OLD_SLOT
+    (run,) = runs(engine)
+    assert run.id != old.id
+    assert (run.slot_at, run.state) == (SLOT, RunState.COMPLETED)
+    edit = next(e for e in engine.storage.audit.latest(limit=10) if e.event == "schedule.updated")
+    assert edit.data["withdrawn"] == [[old.id, 1]]
+    verified_intact(engine)
 
 
-@pytest.mark.xfail(strict=True, reason=EDIT_NOT_RECHECKED)
 def test_a_trigger_edited_within_the_lookahead_fires_the_new_slots_not_the_old(
     engine: Engine, clock: ManualClock, calls: Calls
 ) -> None:
     engine.service.create(spec(), actor="t")
-    daemon, old = dispatched_ahead(engine, clock)
+    daemon, _old = dispatched_ahead(engine, clock)
     # Every 7 minutes from T0 + 1 s: the old slot (T0 + 1 min) is not one of its slots.
     seven = IntervalTrigger(7 * MINUTE_MS, T0 + SECOND_MS)
     engine.service.update(spec(seven), actor="t")
     consumer = engine.consumer(consumer_id="c", concurrency=1)
     clock.set(SLOT)
     settle(daemon)
-    drive(consumer, finished(engine, consumer, 1), "the old slot to be decided")
+    assert runs(engine) == []  # the old slot is gone, unrun
     new_slot = T0 + SECOND_MS + 7 * MINUTE_MS
     clock.set(new_slot)
     settle(daemon)
-    drive(consumer, finished(engine, consumer, 2), "the new slot's run")
+    drive(consumer, finished(engine, consumer, 1), "the new slot's run")
     assert [c[0] for c in calls.seen] == [new_slot], NOT_THE_OLD_SLOT
-    first, second = runs(engine)
-    assert first.id == old.id
-    assert first.state in (RunState.SKIPPED, RunState.CANCELLED)
-    assert (second.slot_at, second.state) == (new_slot, RunState.COMPLETED)
+    (run,) = runs(engine)
+    assert (run.slot_at, run.state) == (new_slot, RunState.COMPLETED)
+    verified_intact(engine)
 
 
-@pytest.mark.xfail(strict=True, reason=EDIT_NOT_RECHECKED)
 def test_a_command_edited_within_the_lookahead_is_the_one_the_slot_runs(
     engine: Engine, clock: ManualClock, calls: Calls
 ) -> None:
     engine.service.create(spec(), actor="t")
-    dispatched_ahead(engine, clock)
+    daemon, _old = dispatched_ahead(engine, clock)
     engine.service.update(replace(spec(), command="noop", payload={}), actor="t")
     clock.set(SLOT)
+    settle(daemon)
     consumer = engine.consumer(consumer_id="c", concurrency=1)
     drive(consumer, finished(engine, consumer, 1), "the slot's run")
     assert calls.seen == [], NOT_THE_OLD_SLOT
     (run,) = runs(engine)
     assert run.state is RunState.COMPLETED  # noop ran
+    verified_intact(engine)
+
+
+def test_an_edit_leaves_a_fire_already_due_as_it_was_dispatched(
+    engine: Engine, clock: ManualClock, calls: Calls
+) -> None:
+    """Only slots not yet due are the new definition's: one already due (waiting for a
+    consumer) was the old definition's to fire, and runs as dispatched."""
+    engine.service.create(spec(v=1), actor="t")
+    _daemon, old = dispatched_ahead(engine, clock)
+    clock.set(SLOT + SECOND_MS)
+    engine.service.update(spec(v=2), actor="t")
+    consumer = engine.consumer(consumer_id="c", concurrency=1)
+    drive(consumer, finished(engine, consumer, 1), "the slot's run")
+    assert calls.seen == [(SLOT, 1, SLOT + SECOND_MS)]
+    (run,) = runs(engine)
+    assert run.id == old.id
 
 
 @pytest.mark.parametrize("kind", list(MisfireKind))

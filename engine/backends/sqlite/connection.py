@@ -213,6 +213,18 @@ CREATE TABLE IF NOT EXISTS plugin_health (
     # The audit chain at scale: key lineage and identity, seals, chain openings, anchors.
     11: """
 ALTER TABLE audit_entries ADD COLUMN seal TEXT;
+-- The highest run id ever used, once the run that held it was deleted (an edit withdrew it
+-- unrun, retention pruned it): SQLite would hand out a deleted largest id again, and an audit
+-- entry that names a run id must name that run forever. PostgreSQL's sequence never reuses.
+CREATE TABLE run_id_floor (
+    one   INTEGER PRIMARY KEY CHECK (one = 1),
+    floor INTEGER NOT NULL
+);
+CREATE TRIGGER runs_id_floor AFTER DELETE ON runs
+WHEN OLD.id > coalesce((SELECT floor FROM run_id_floor), 0)
+BEGIN
+    INSERT OR REPLACE INTO run_id_floor (one, floor) VALUES (1, OLD.id);
+END;
 -- The database's identity and its audit key lineage (engine.domain.audit_keys): epoch 0 is
 -- the root key, recorded by the first process that needs a key; each later epoch's public key
 -- is endorsed by the epoch before. Only public halves and fingerprints are stored.

@@ -25,6 +25,7 @@ from engine.backends.fairness import fair_share
 from engine.backends.fire_rows import insert_fire_sql
 from engine.backends.sqlite.audit import SqliteAuditLog, append_in
 from engine.backends.sqlite.connection import ConnectionPool, Row, first, rows, scalar
+from engine.backends.sqlite.runs import NEXT_RUN_ID
 from engine.domain.errors import InvalidInput
 from engine.ports.dispatch import DispatchReport, Resolver
 
@@ -88,7 +89,7 @@ class SqliteDispatcher(SqlDispatcher[ConnectionPool]):
                 due = self._fair(conn, due, until, limit, tenant_cap, report)
             # We hold the write lock: nobody else can insert runs until we commit, so the ids
             # can be handed out here and the rows written with executemany.
-            first_id = int(scalar(conn, "SELECT coalesce(max(id), 0) FROM runs")) + 1
+            first_id = int(scalar(conn, NEXT_RUN_ID))
             planned, advances = plan_due(
                 due, self._definition, resolve, now_ms, node_id, limit, report
             )

@@ -11,7 +11,16 @@ from engine.backends.sqlite.connection import ConnectionPool, scalar, storage_er
 from engine.domain.errors import DuplicateSlot
 from engine.domain.run import NewRun, Run
 
-INSERT_RUN = insert_run_sql("?")
+# The next run id: above every id ever used, deleted ones too (run_id_floor), never reused.
+NEXT_RUN_ID = (
+    "SELECT max(coalesce((SELECT max(id) FROM runs), 0), "
+    "coalesce((SELECT floor FROM run_id_floor), 0)) + 1"
+)
+INSERT_RUN = (
+    insert_run_sql("?")
+    .replace("INSERT INTO runs (tenant,", "INSERT INTO runs (id, tenant,", 1)
+    .replace("VALUES (", f"VALUES (({NEXT_RUN_ID}), ", 1)
+)
 
 
 def insert_run(conn: apsw.Connection, run: NewRun, dispatched_at: int) -> int | None:
