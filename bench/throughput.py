@@ -127,6 +127,14 @@ def backlog_of_catch_up(folder: Path, count: int, now: int) -> Path:
     return db
 
 
+def catch_up_fires(count: int) -> int:
+    """The fires `backlog_of_catch_up(folder, count, now)` dispatches with the daemon's defaults:
+    100 slots behind on each schedule, and its next one (due in half a second) within the
+    default lookahead."""
+    ahead = 1 if DEFAULT_LOOKAHEAD_MS >= 500 else 0
+    return count // 100 * (100 + ahead)
+
+
 def main() -> None:
     args = parse_args(__doc__ or "")
     quiet_logging()
@@ -135,8 +143,7 @@ def main() -> None:
     with scratch_dir() as folder:
         raw = raw_transactions_per_second(folder / "raw.db", count)
         now = now_ms()
-        # The next slot of a schedule every second is always within the default lookahead.
-        ahead = count // 100 if DEFAULT_LOOKAHEAD_MS >= 500 else 0
+        ahead = catch_up_fires(count) - count
         results = [
             (
                 f"{count:,} schedules, 1 due slot each",
@@ -147,7 +154,7 @@ def main() -> None:
                 f"{count // 100:,} schedules x 100 missed slots (each)"
                 + (" + 1 within the lookahead" if ahead else ""),
                 backlog_of_catch_up(folder, count, now),
-                count + ahead,
+                catch_up_fires(count),
             ),
         ]
         drains = [(label, drain(db, ManualClock(now)), n) for label, db, n in results]
