@@ -205,6 +205,20 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting("audit_key_file", None, _path, "the audit key file"),
     Setting(
+        "audit_anchor_every",
+        3_600_000,
+        _duration(60_000, 86_400_000),
+        "append every audit chain's signed head to the anchors file this often",
+        _ms,
+    ),
+    Setting(
+        "audit_epoch",
+        86_400_000,
+        _duration(0, 366 * 86_400_000),
+        "seal the audit key's epoch this often (the key evolves one way; 0: never)",
+        _ms,
+    ),
+    Setting(
         "sensitive_commands",
         (),
         _command_names,

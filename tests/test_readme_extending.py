@@ -482,7 +482,7 @@ def test_jsonl_copy_stores_each_entry_once_across_reopening(examples: Path, tmp_
     sink.deliver(entries)  # overlapping what the file holds
     sink.close()
 
-    assert len(entries) == 3
+    assert len(entries) == 4  # the chain's opening and the three creates
     assert audit.read_copy(tmp_path / "audit.jsonl") == entries
 
 

@@ -8,6 +8,9 @@
   by default) runs the command `vortos.audit_anchor`, which appends every chain's signed head
   to the anchors file (engine.governance.anchors): its payload's `file`, else
   `<db>.anchors.jsonl` beside a SQLite database.
+- Epochs: the same command first seals the audit key's epoch once it is `seal_every` old
+  (audit_epoch, default a day): the key evolves one way and the sealed epoch's key is erased,
+  so a key stolen later cannot sign anything of it.
 """
 
 from __future__ import annotations
@@ -100,9 +103,9 @@ class AnchorCommand:
         with self._lock:
             self._target = (storage, clock, db_file)
 
-    def run(self, file: str = "", *, fire: FireContext) -> dict[str, Any]:
-        """Append every chain's signed head to the anchors file (`file`, else beside the
-        database)."""
+    def run(self, file: str = "", seal_every: int = 0, *, fire: FireContext) -> dict[str, Any]:
+        """Seal the key's epoch when it is `seal_every` ms old (0: never), then append every
+        chain's signed head to the anchors file (`file`, else beside the database)."""
         with self._lock:
             target = self._target
         if target is None:
@@ -125,19 +128,50 @@ class AnchorCommand:
                 "a PostgreSQL database has no default anchors file: set `file` in the "
                 f"payload of {ANCHOR_TENANT}/{ANCHOR_SCHEDULE}"
             )
+        sealed = seal_if_due(storage, clock, seal_every) if seal_every > 0 else None
         try:
             written = anchor_heads(storage, clock, chosen)
         except InvalidInput as exc:
             raise PermanentFailure(str(exc)) from None
-        return {"file": str(chosen), "chains": written}
+        done: dict[str, Any] = {"file": str(chosen), "chains": written}
+        if sealed is not None:
+            done["sealed_epoch"] = sealed
+        return done
+
+
+def seal_if_due(storage: Storage, clock: Clock, every_ms: int) -> int | None:
+    """Seal the audit key's current epoch once it is `every_ms` old; the epoch sealed."""
+    from engine.domain.audit_keys import KeyKind  # noqa: PLC0415
+
+    audit = _sql_log(storage)
+    found = audit.identity()
+    if found is None or not found[1]:
+        return None
+    current = max(found[1], key=lambda p: p.epoch)
+    if clock.now_ms() - current.started_at < every_ms:
+        return None
+    ring = audit.keys()
+    if ring.epoch != current.epoch:  # caught up at the transition's own check
+        ring = audit.establish()
+    period = audit.transition(KeyKind.EVOLVED, ring.current.evolved(), "vortos")
+    log.info(
+        "audit epoch %d sealed: the key evolved to %s (epoch %d); the sealed key is erased",
+        current.epoch,
+        period.key_id,
+        period.epoch,
+    )
+    return current.epoch
 
 
 def _check(payload: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(payload) - {"file"})
+    unknown = sorted(set(payload) - {"file", "seal_every"})
     if unknown:
         raise InvalidInput(f"unknown audit anchor setting(s): {', '.join(unknown)}")
     if not isinstance(payload.get("file", ""), str):
         raise InvalidInput("the anchors `file` must be a path")
+    every = payload.get("seal_every", 0)
+    if type(every) is not int or every < 0:
+        raise InvalidInput("the anchors `seal_every` must be milliseconds (0: never seal)")
     return payload
 
 
@@ -161,10 +195,13 @@ def attach_anchor(commands: CommandRegistry, storage: Storage, clock: Clock) -> 
         owner.attach(storage, clock, path if isinstance(path, Path) else None)
 
 
-def anchor_schedule(every_ms: int = ANCHOR_EVERY_MS, file: str | None = None) -> StaticSchedule:
+def anchor_schedule(
+    every_ms: int = ANCHOR_EVERY_MS, file: str | None = None, seal_every_ms: int = 0
+) -> StaticSchedule:
     """The built-in static schedule of the anchors: `vortos.audit_anchor` in tenant `system`
     every `every_ms` (audit_anchor_every, default 1 h), appending to `file` (default beside
-    the database). Sync it at start with the sweeper's."""
+    the database), sealing the key's epoch every `seal_every_ms` (audit_epoch; 0: never).
+    Sync it at start with the sweeper's."""
     if every_ms < MIN_ANCHOR_EVERY_MS:
         raise InvalidInput(
             f"audit_anchor_every {format_duration(every_ms)} is too short: at least 1m"
@@ -173,7 +210,10 @@ def anchor_schedule(every_ms: int = ANCHOR_EVERY_MS, file: str | None = None) ->
         name=ANCHOR_SCHEDULE,
         trigger=IntervalTrigger(every_ms, 0),
         command=ANCHOR_COMMAND,
-        payload={} if file is None else {"file": file},
+        payload={
+            **({} if file is None else {"file": file}),
+            **({"seal_every": seal_every_ms} if seal_every_ms else {}),
+        },
         timezone="UTC",
         tenant=ANCHOR_TENANT,
         misfire=MisfirePolicy(kind=MisfireKind.LATEST),

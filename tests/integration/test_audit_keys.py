@@ -247,3 +247,57 @@ def test_each_chain_records_the_epoch_seal_and_the_rotation(tmp_path: Path) -> N
         assert seen[0] == "audit.chain_opened", chain
         assert EPOCH_SEALED in seen
         assert KEY_ROTATED in seen
+
+
+def test_the_anchor_schedule_seals_the_epoch_once_it_is_old_enough(tmp_path: Path) -> None:
+    from engine.retention.audit_upkeep import seal_if_due  # noqa: PLC0415
+
+    db = tmp_path / "vortos.db"
+    clock = ManualClock(T0)
+    with open_engine(db, clock=clock) as engine:
+        engine.service.create(
+            ScheduleSpec("report", IntervalTrigger(MINUTE_MS, T0), "noop"), actor="alice"
+        )
+        assert seal_if_due(engine.storage, clock, 86_400_000) is None  # a day not over yet
+        clock.advance(86_400)
+        assert seal_if_due(engine.storage, clock, 86_400_000) == 0
+        assert seal_if_due(engine.storage, clock, 86_400_000) is None  # epoch 1 just began
+        engine.service.pause("report", actor="bob")
+        assert engine.storage.audit.keys().epoch == 1
+    assert load_keyring(db, create=False).epoch == 1
+
+
+def test_verify_with_the_archive_and_anchors_needs_only_the_public_key(tmp_path: Path) -> None:
+    db = tmp_path / "vortos.db"
+    clock = ManualClock(T0)
+    with open_engine(db, clock=clock) as engine:
+        engine.service.create(
+            ScheduleSpec("report", IntervalTrigger(MINUTE_MS, T0), "noop"), actor="alice"
+        )
+        for _ in range(5):
+            engine.service.trigger("report", actor="bob")
+    archive = tmp_path / "archive"
+    pub = tmp_path / "pub.json"
+    for args in (
+        ("audit", "archive", "--before", "1s", "-o", str(archive)),
+        ("audit", "anchor"),
+        ("audit", "public-key", "-o", str(pub)),
+    ):
+        done = run_cli(*args, db=db)
+        assert done.code == 0, done.stderr
+    anchors = db.with_name(db.name + ".anchors.jsonl")
+    audited = ("--with-archive", str(archive), "--anchors", str(anchors), "--public-key", str(pub))
+    # No secret anywhere: the key file is moved away.
+    key = default_key_file(db)
+    key.rename(tmp_path / "elsewhere.key")
+    done = run_cli("audit", "verify", *audited, db=db)
+    assert done.code == 0, done.stdout + done.stderr
+    assert "with the public key only" in done.stderr
+    entries = next(archive.glob("*tenant:default*.jsonl"))
+    lines = entries.read_text().splitlines()
+    lines[2] = lines[2].replace('"actor": "bob"', '"actor": "eve"')
+    entries.write_text("\n".join(lines) + "\n")
+    done = run_cli("audit", "verify", *audited, db=db)
+    assert done.code == 1
+    assert "broken at entry 3" in done.stderr
+    assert "Traceback" not in done.stderr

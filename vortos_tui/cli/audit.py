@@ -11,11 +11,13 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from engine.backends.audit import SqlAuditLog
 from engine.control import RemoteService
-from engine.domain.audit import ChainPoint, KeyRing, parse_point, summary
+from engine.domain.audit import ChainPoint, ChainProblem, KeyRing, parse_point, summary
 from engine.domain.audit_keys import KeyKind
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
+from engine.governance.archive import read_public_key, verify_with_archive
 from engine.governance.audit import (
     ChainReport,
     PublicRoot,
@@ -72,9 +74,13 @@ class ChainBroken(VortosError):
 
 
 def _state(report: ChainReport) -> Text:
-    if report.problem is None:
+    return _problem_state(report.problem)
+
+
+def _problem_state(problem: ChainProblem | None) -> Text:
+    if problem is None:
         return Text("intact", style="green")
-    if report.problem.unverifiable:
+    if problem.unverifiable:
         return Text("UNVERIFIED", style="bold yellow")
     return Text("BROKEN", style="bold red")
 
@@ -162,6 +168,22 @@ def verify_(
         typer.Option("--file", help="Verify an export (JSON lines) offline, each chain in full."),
     ] = None,
     public_key: PublicKeyFile = None,
+    with_archive: Annotated[
+        Path | None,
+        typer.Option(
+            "--with-archive",
+            help="Also walk this archive directory (`vortos audit archive` wrote it): each "
+            "chain from its first archived entry through the database's head, as one chain.",
+        ),
+    ] = None,
+    anchors: Annotated[
+        Path | None,
+        typer.Option(
+            "--anchors",
+            help="An external anchors file (`vortos audit anchor`): every signed head in it "
+            "must still be in the chain, unchanged (catches a truncated or rewritten tail).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> None:
     """Prove the audit chains intact, or name the first broken entry (exit 1).
@@ -174,6 +196,9 @@ def verify_(
     expect = _expectations(expect_head)
     cli = state(ctx)
     root = _public_root(public_key)
+    if with_archive is not None or anchors is not None:
+        _verify_with_archive(ctx, with_archive, anchors, public_key, chains, as_json)
+        return
     if from_file is not None:
         if from_file.is_dir():
             raise InvalidInput(
@@ -225,6 +250,82 @@ def verify_(
         result = verify(engine.storage.audit, keys, chains=readable, full=full, expect=expect)
         result.unreadable = unreadable
         _report(result, as_json)
+
+
+def _verify_with_archive(
+    ctx: typer.Context,
+    directory: Path | None,
+    anchors: Path | None,
+    public_key: Path | None,
+    chains: list[str] | None,
+    as_json: bool,
+) -> None:
+    """`verify --with-archive/--anchors`: archive files, then the database from its anchor."""
+    cli = state(ctx)
+    if cli.control_socket is not None:
+        raise InvalidInput(
+            "--with-archive and --anchors read files on this host: run them as an account "
+            "that can read the database (or, an auditor, with --public-key), not through "
+            "--control-socket"
+        )
+    for given, what in ((directory, "--with-archive"), (anchors, "--anchors")):
+        if given is not None and not given.exists():
+            raise InvalidInput(f"{what} {given} does not exist")
+    if directory is not None and not directory.is_dir():
+        raise InvalidInput(f"--with-archive {directory} is not a directory")
+    root = None
+    if public_key is not None:
+        try:
+            root = read_public_key(public_key)
+        except ValueError as exc:
+            raise InvalidInput(f"--public-key {public_key}: {exc}") from None
+    keys = (
+        None
+        if root is not None
+        else load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
+    )
+    with open_for_read(ctx) as reader:
+        readable, _ = reader.service.audit_chains_to_verify(actor=operator(), wanted=chains)
+        audit = reader.storage.audit
+        assert isinstance(audit, SqlAuditLog)
+        result = verify_with_archive(
+            directory, log=audit, keys=keys, public_key=root, anchors_file=anchors, chains=readable
+        )
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        table = Table(box=None, pad_edge=False)
+        for column in ("CHAIN", "STATE", "FILES", "ARCHIVED", "IN DATABASE", "END", "PROBLEM"):
+            table.add_column(column, overflow="fold")
+        for report in result.chains:
+            table.add_row(
+                report.chain,
+                _problem_state(report.problem),
+                str(report.files),
+                str(report.archived),
+                str(report.in_database),
+                str(report.end.seq),
+                "-" if report.problem is None else one_line(report.problem.reason),
+            )
+        stdout.print(table)
+        for problem in result.problems:
+            say(f"problem: {problem}")
+    if not result.intact:
+        bad = next((c for c in result.chains if c.problem is not None), None)
+        if bad is not None and bad.problem is not None:
+            what = "cannot be verified from" if bad.problem.unverifiable else "is broken at"
+            raise ChainBroken(
+                f"audit chain {bad.chain} {what} entry {bad.problem.seq}: {bad.problem.reason}"
+            )
+        raise ChainBroken(f"the archive does not verify: {result.problems[0]}")
+    if not result.chains:
+        raise InvalidInput("nothing was verified: no chain in the archive or the database")
+    said = sum(c.archived for c in result.chains), sum(c.in_database for c in result.chains)
+    say(
+        f"{said[0]} archived and {said[1]} database entr(ies) checked in "
+        f"{len(result.chains)} chain(s): no tampering found in them"
+        + (" (with the public key only)" if root is not None else "")
+    )
 
 
 @app.command("export", epilog=EXIT_CODES)

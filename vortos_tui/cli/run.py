@@ -22,6 +22,7 @@ from engine.governance.keys import key_source
 from engine.observability import DEFAULT_METRICS_HOST
 from engine.ports.dispatch import DispatchReport
 from engine.retention import retention_schedule
+from engine.retention.audit_upkeep import anchor_schedule
 from engine.runtime.breaker import (
     DEFAULT_BREAKER_FAILURES,
     MAX_BREAKER_FAILURES,
@@ -388,7 +389,12 @@ def _shards(ctx: typer.Context, shards: int) -> int:
 def _sync_static(engine: Engine, cli: CliState) -> None:
     """The app's static schedules and the built-in retention sweep. Without --app only the
     sweep is made sure of: static schedules of an app not given are not disabled."""
-    declared = [*cli.loaded_app().static, retention_schedule()]
+    declared = [
+        *cli.loaded_app().static,
+        retention_schedule(),
+        # Every chain's signed head to the anchors file, and the key's epoch sealed, on time.
+        anchor_schedule(cli.settings.audit_anchor_every, seal_every_ms=cli.settings.audit_epoch),
+    ]
     report = engine.service.sync_static(declared, actor=operator(), complete=cli.app is not None)
     if cli.app is None:
         return
