@@ -223,6 +223,11 @@ CREATE TABLE audit_verified (
     signature   TEXT NOT NULL
 ) WITHOUT ROWID;
 
+-- Epoch seals and rotations of each chain (a verification resuming from a mark checks the
+-- newest one below it): partial, so no other entry writes it.
+CREATE INDEX audit_entries_transitions ON audit_entries (chain, seq)
+WHERE event = 'audit.epoch_sealed' OR event = 'audit.key_rotated';
+
 -- The highest run id ever used, once the run that held it was deleted (an edit withdrew it
 -- unrun, retention pruned it): SQLite would hand out a deleted largest id again, and an audit
 -- entry that names a run id must name that run forever. PostgreSQL's sequence never reuses.

@@ -381,19 +381,9 @@ class SqlAuditLog(Generic[P]):
                     period.endorsement,
                 ),
             )
+            # Verification marks stay as they are: each is signed with Ed25519 by the key of
+            # its epoch, checkable from the lineage after that key is erased.
             moved = ring.moved_to(new)
-            marks = conn.execute(
-                "SELECT chain, seq, hash, key_id, signature FROM audit_verified"
-            ).fetchall()
-            for chain, seq, digest, key_id, signature in marks:
-                message = checkpoint_message(chain, seq, digest)
-                if ring.valid(message, key_id, signature):  # a genuine mark stays genuine
-                    new_id, new_signature = moved.sign(message)
-                    conn.execute(
-                        f"UPDATE audit_verified SET key_id = {m}, signature = {m} "
-                        f"WHERE chain = {m}",
-                        (new_id, new_signature, chain),
-                    )
         with self._lock:
             self._keys = moved
         moved.persist()
@@ -446,6 +436,17 @@ class SqlAuditLog(Generic[P]):
                 (tenant, after_id, limit),
             )
         ]
+
+    def last_transition(self, chain: str, upto: int) -> AuditEntry | None:
+        m = self._mark
+        found = first(
+            self._pool,
+            f"SELECT {COLUMNS} FROM audit_entries WHERE chain = {m} AND seq <= {m} "
+            f"AND (event = '{EPOCH_SEALED}' OR event = '{KEY_ROTATED}') "
+            "ORDER BY seq DESC LIMIT 1",
+            (chain, upto),
+        )
+        return None if found is None else entry_from_row(found)
 
     def anchor(self, chain: str) -> Anchor | None:
         m = self._mark
@@ -508,7 +509,13 @@ class SqlAuditLog(Generic[P]):
         return None if found is None else VerificationMark(*found)
 
     def mark_verified(self, chain: str, point: ChainPoint) -> None:
-        key_id, signature = self.keys().sign(checkpoint_message(chain, point.seq, point.hash))
+        # Ed25519, by the current key: still checkable (from the lineage) once its epoch is
+        # sealed and the secret erased.
+        ring = self.keys()
+        key_id, signature = (
+            ring.active_id,
+            ring.seal(checkpoint_message(chain, point.seq, point.hash)),
+        )
         self._pool.write(
             "INSERT INTO audit_verified (chain, seq, hash, verified_at, key_id, signature) "
             f"VALUES ({self._pool.dialect.marks(6)}) ON CONFLICT (chain) DO UPDATE SET "

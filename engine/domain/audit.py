@@ -75,7 +75,7 @@ def summary(event: str, data: Mapping[str, Any]) -> str | None:
             shown = ", ".join(spans[:4]) + (f", +{len(spans) - 4} more" if len(spans) > 4 else "")
             return f"{data['count']} fire(s): run {shown}"
         if event == CHAIN_OPENED:
-            return f"database {data['database_id']}, key {data['key_id']} (epoch {data['epoch']})"
+            return f"chain opened, key epoch {data['epoch']} (database and key in its data)"
         if event in TRANSITIONS:
             return f"key epoch {data['epoch']} -> {data['next_epoch']}: {data['next_key_id']}"
     except (KeyError, TypeError, ValueError):

@@ -25,6 +25,7 @@ from engine.domain.audit import (
     anchor_message,
     chain_tenant,
     checkpoint_message,
+    entry_message,
     parse_point,
 )
 from engine.domain.audit_keys import KeyKind, KeyLineage, KeyPeriod, LineageBroken, verify_signed
@@ -206,21 +207,17 @@ class PublicRoot:
 
 
 def judge_mark(
-    log: AuditLog, keys: KeyRing, head: ChainPoint, mark: VerificationMark
+    log: AuditLog, trust: Trust, head: ChainPoint, mark: VerificationMark
 ) -> ChainProblem | None:
     """What is wrong with a chain's verification mark, given the chain's head: a mark only the
-    key can sign, naming an entry that must still be there, unchanged."""
-    valid = keys.valid(
-        checkpoint_message(mark.chain, mark.seq, mark.hash), mark.key_id, mark.signature
-    )
-    if valid is None:
+    key can sign, naming an entry that must still be there, unchanged, above a key transition
+    that is itself genuine (a thief holding the current key can sign a mark, but not the seal
+    of an epoch before it)."""
+    if not _mark_signed(trust, mark):
         return ChainProblem(
             mark.seq,
-            f"the verification mark is signed with key {mark.key_id}, which is not in the key ring",
-        )
-    if not valid:
-        return ChainProblem(
-            mark.seq, "the verification mark's signature is not valid (forged, or the wrong key)"
+            "the verification mark's signature is not valid (forged, or the wrong key), or it "
+            f"is signed with key {mark.key_id}, which is not this database's",
         )
     if mark.seq > head.seq:
         return ChainProblem(
@@ -232,14 +229,66 @@ def judge_mark(
         return None if mark.hash == GENESIS else ChainProblem(1, "the verification mark is bad")
     if not _still_there(log, mark.chain, mark.point):
         return ChainProblem(mark.seq, "the entry verified last time has changed since (rewritten)")
+    return _last_transition_holds(log, trust, mark.chain, mark.seq)
+
+
+def _mark_signed(trust: Trust, mark: VerificationMark) -> bool:
+    message = checkpoint_message(mark.chain, mark.seq, mark.hash)
+    if trust.lineage is not None:
+        period = trust.lineage.by_id().get(mark.key_id)
+        if period is not None and verify_signed(period.public_key, message, mark.signature):
+            return True
+    # A mark from before lineages: HMAC by a key the verifier holds.
+    return trust.keys is not None and bool(trust.keys.valid(message, mark.key_id, mark.signature))
+
+
+def _last_transition_holds(
+    log: AuditLog, trust: Trust, chain: str, upto: int
+) -> ChainProblem | None:
+    """The chain's newest epoch seal or rotation at or before `upto` is genuine: sealed by the
+    key of the epoch it closes, unchanged, and still linked to the entry before it. Entries up
+    to a mark are trusted; a mark re-signed over a rewritten chain by a thief with the current
+    key would otherwise carry a forgery of a sealed epoch."""
+    if trust.lineage is None:
+        return None
+    transition = log.last_transition(chain, upto)
+    if transition is None:
+        return None
+    try:
+        next_epoch = int(transition.data["next_epoch"])
+    except (KeyError, TypeError, ValueError):
+        return ChainProblem(transition.seq, "an epoch transition names no next epoch (forged)")
+    periods = trust.lineage.periods
+    closing = periods[next_epoch - 1] if 0 < next_epoch <= len(periods) - 1 else None
+    message = entry_message(chain, transition.seq, transition.hash)
+    if (
+        closing is None
+        or transition.key_id != closing.key_id
+        or transition.seal is None
+        or transition.computed_hash() != transition.hash
+        or not verify_signed(closing.public_key, message, transition.seal)
+    ):
+        return ChainProblem(
+            transition.seq,
+            "the epoch transition the verification mark stands on is not sealed by the key of "
+            "the epoch it closes (the chain was rewritten with a later key)",
+        )
+    before = log.entries(chain, after_seq=transition.seq - 2, limit=1)
+    if transition.seq > 1 and (
+        not before
+        or before[0].seq != transition.seq - 1
+        or before[0].hash != transition.prev_hash
+        or before[0].computed_hash() != before[0].hash
+    ):
+        return ChainProblem(
+            transition.seq - 1,
+            "the entry before an epoch transition was rewritten (its hash no longer links)",
+        )
     return None
 
 
-def _signed(keys: KeyRing | None, mark: VerificationMark) -> bool:
-    if keys is None:
-        return False
-    message = checkpoint_message(mark.chain, mark.seq, mark.hash)
-    return bool(keys.valid(message, mark.key_id, mark.signature))
+def _signed(trust: Trust, mark: VerificationMark) -> bool:
+    return trust.keys is not None and _mark_signed(trust, mark)
 
 
 def _still_there(log: AuditLog, chain: str, point: ChainPoint) -> bool:
@@ -299,7 +348,7 @@ def _plan(log: AuditLog, trust: Trust, chain: str, mode: VerifyMode) -> _Plan:
         and mark.seq >= plan.start.seq
     ):
         # Resume only from a mark that holds; a bad one is a finding, never a silent restart.
-        plan.report.problem = judge_mark(log, trust.keys, head, mark)
+        plan.report.problem = judge_mark(log, trust, head, mark)
         if plan.report.problem is None and mark.seq > 0:
             plan.start = mark.point
             plan.report.resumed_from = mark.seq
@@ -388,6 +437,16 @@ def _walk_plan(
         report.problem = _beyond_head(
             walk, [cp for cp in checkpoints.values() if cp.seq > head.seq]
         )
+    # A truncated tail first: its runs left behind would otherwise read as runs added.
+    if (
+        report.problem is None
+        and plan.mark is not None
+        and report.mode is VerifyMode.FULL
+        and trust.keys is not None
+    ):
+        report.problem = judge_mark(log, trust, head, plan.mark)
+    if report.problem is None and expect is not None:
+        report.problem = _against_expected(log, chain, head, expect)
     if (
         report.problem is None
         and report.mode is VerifyMode.FULL
@@ -395,15 +454,6 @@ def _walk_plan(
         and chain_tenant(chain) is not None
     ):
         report.problem = _unrecorded_runs(log, chain, ledger)
-    if (
-        report.problem is None
-        and plan.mark is not None
-        and report.mode is VerifyMode.FULL
-        and trust.keys is not None
-    ):
-        report.problem = judge_mark(log, trust.keys, head, plan.mark)
-    if report.problem is None and expect is not None:
-        report.problem = _against_expected(log, chain, head, expect)
     report.batches_checked = ledger.batches
     report.partly_pruned = ledger.partly_pruned
     return report
@@ -557,7 +607,7 @@ def verify(
             and report.verified_to is not None
             and plan.mark is not None
             and report.verified_to.seq < plan.mark.seq
-            and _signed(keys, plan.mark)
+            and _signed(trust, plan.mark)
         ):
             # A break found below a genuine mark: the mark no longer vouches for the entries
             # it covered. Move it back to the last entry verified now, so that an incremental

@@ -78,15 +78,28 @@ class LedgerCheck:
         return None
 
     def _pruned(self, data: Mapping[str, Any]) -> None:
-        try:
+        if "removed" in data:  # exactly the runs the sweep deleted
+            try:
+                ids = {int(first) + i for first, n in data["removed"] for i in range(int(n))}
+            except (TypeError, ValueError):
+                return
+            self._excuse(ids.__contains__, "pruned")
+            return
+        try:  # a sweep from before exact ranges: its span (which may hold runs it kept)
             low, high = sorted((int(data["first_run"]), int(data["last_run"])))
         except (KeyError, TypeError, ValueError):
             return
+        self._excuse(lambda i: low <= i <= high, "pruned")
+
+    def _excuse(self, gone: Callable[[int], bool], why: str) -> None:
         for seq in list(self.missing):
-            self.missing[seq] = {i for i in self.missing[seq] if not low <= i <= high}
+            self.missing[seq] = {i for i in self.missing[seq] if not gone(i)}
             if not self.missing[seq]:
                 del self.missing[seq]
-                self.partly_pruned += 1
+                if why == "pruned":
+                    self.partly_pruned += 1
+                else:
+                    self.withdrawn += 1
 
     def _withdrawn(self, ranges: Any) -> None:
         """An edit withdrew fires written ahead, unrun (engine.service.core.update)."""
@@ -94,11 +107,7 @@ class LedgerCheck:
             ids = {int(first) + i for first, n in ranges for i in range(int(n))}
         except (TypeError, ValueError):
             return
-        for seq in list(self.missing):
-            self.missing[seq] -= ids
-            if not self.missing[seq]:
-                del self.missing[seq]
-                self.withdrawn += 1
+        self._excuse(ids.__contains__, "withdrawn")
 
     def finish(self) -> ChainProblem | None:
         """Runs missing from the ledger that no retention sweep pruned."""

@@ -69,6 +69,10 @@ class AuditLog(Protocol):
         the first key was recorded."""
         ...
 
+    def last_transition(self, chain: str, upto: int) -> AuditEntry | None:
+        """The chain's newest epoch seal or rotation at or before `upto` (None: none)."""
+        ...
+
     def anchor(self, chain: str) -> Anchor | None:
         """Where the chain's archived (and pruned) part ends, signed."""
         ...

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-from engine.domain.audit import AuditEvent
+from engine.domain.audit import AuditEvent, run_ranges
 from engine.domain.clock import Clock
 from engine.domain.timeutil import iso_utc
 from engine.ports.retention import RunAge
@@ -180,6 +180,9 @@ def _events(
                     **counts.to_json(),
                     "first_run": runs[0].run_id,
                     "last_run": runs[-1].run_id,
+                    # Exactly which: the audit verify excuses these runs, and no other, from
+                    # the batches that recorded them.
+                    "removed": run_ranges(r.run_id for r in runs),
                     "retention_days": rule.days,
                     "dead_letter_days": rule.dead_letter_days,
                     "overridden": rule.overridden,

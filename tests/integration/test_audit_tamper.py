@@ -6,8 +6,9 @@ traceback; a real retention sweep is not taken for tampering; a key stolen after
 sealed cannot forge that epoch, nor can a retired key sign after its rotation, nor a chain
 from another database with the same key pass as this one's.
 
-Written from the issue's promises (acceptance 2 and 3), not from the code: where a promise
-does not hold the test says so (xfail, strict) instead of asking less.
+Written from the issue's promises (acceptance 2 and 3), not from the code. Three promises did
+not hold when this was written (a truncation named as added runs, a prune excusing every id of
+its span, a thief's re-signed mark carrying a sealed-epoch forgery): fixed, and tested here.
 """
 
 from __future__ import annotations
@@ -370,17 +371,7 @@ def test_a_truncated_chain_is_caught_by_the_last_verification_mark(dispatched: P
     "full",
     [
         pytest.param(False, id="incremental"),
-        pytest.param(
-            True,
-            id="full",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="verify --full --expect-head on a truncated chain names the runs of the "
-                "deleted batch entries instead: 'broken at entry 6: run 4 ... no dispatch entry "
-                "of this chain records it (a run row was added)' (the full ledger scan, "
-                "_unrecorded_runs, is judged before the expected head in _walk_plan)",
-            ),
-        ),
+        pytest.param(True, id="full"),
     ],
 )
 def test_a_truncated_chain_is_caught_by_the_expected_head(dispatched: Path, full: bool) -> None:
@@ -435,12 +426,6 @@ def test_runs_a_retention_sweep_pruned_are_not_tampering(aged: Path) -> None:
     assert_broken(verify(aged, "--full"), LAST_BATCH, "edited")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a runs.pruned entry excuses every id from its first_run to its last_run "
-    "(engine/governance/ledger.py LedgerCheck._pruned), so an open run between two pruned "
-    "ones, deleted by hand after the sweep, passes verify --full as pruned",
-)
 def test_an_unpruned_run_deleted_among_pruned_ones_is_still_named(aged: Path) -> None:
     prune(aged)  # runs 4 and 6 of the middle batch went, 5 (open) stayed
     shell(aged, "DELETE FROM fire_queue WHERE run_id = 5; DELETE FROM runs WHERE id = 5;")
@@ -547,13 +532,6 @@ def test_a_stolen_key_forgery_fails_with_the_public_key_alone(
     assert f"audit chain {CHAIN} is broken at entry {MIDDLE_BATCH}:" in result.stderr, said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plain (incremental) `vortos audit verify` trusts the entries up to the "
-    "verification mark, an HMAC by the current key: a thief holding the evolved key re-signs "
-    "the mark over the forged head and verify says intact (exit 0), for entries of the "
-    "sealed epoch too",
-)
 def test_a_stolen_key_forgery_with_its_mark_resigned_does_not_verify(
     sealed: tuple[Path, Path],
 ) -> None:

@@ -35,6 +35,10 @@ CREATE TABLE plugin_health (
     # The audit chain at scale: key lineage and identity, seals, chain openings, anchors.
     3: """
 ALTER TABLE audit_entries ADD COLUMN seal TEXT;
+-- Epoch seals and rotations of each chain (a verification resuming from a mark checks the
+-- newest one below it): partial, so no other entry writes it.
+CREATE INDEX audit_entries_transitions ON audit_entries (chain, seq)
+WHERE event = 'audit.epoch_sealed' OR event = 'audit.key_rotated';
 -- The database's identity and audit key lineage, chain openings and archive anchors (see
 -- the SQLite schema).
 CREATE TABLE audit_identity (

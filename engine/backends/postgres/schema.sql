@@ -215,6 +215,11 @@ CREATE TABLE audit_verified (
     signature   TEXT NOT NULL
 );
 
+-- Epoch seals and rotations of each chain (a verification resuming from a mark checks the
+-- newest one below it): partial, so no other entry writes it.
+CREATE INDEX audit_entries_transitions ON audit_entries (chain, seq)
+WHERE event = 'audit.epoch_sealed' OR event = 'audit.key_rotated';
+
 -- The database's identity and audit key lineage, chain openings and archive anchors (see
 -- the SQLite schema).
 CREATE TABLE audit_identity (
