@@ -213,6 +213,10 @@ CREATE TABLE IF NOT EXISTS plugin_health (
     # The audit chain at scale: key lineage and identity, seals, chain openings, anchors.
     11: """
 ALTER TABLE audit_entries ADD COLUMN seal TEXT;
+-- Epoch seals and rotations of each chain (a verification resuming from a mark checks the
+-- newest one below it): partial, so no other entry writes it.
+CREATE INDEX audit_entries_transitions ON audit_entries (chain, seq)
+WHERE event = 'audit.epoch_sealed' OR event = 'audit.key_rotated';
 -- The highest run id ever used, once the run that held it was deleted (an edit withdrew it
 -- unrun, retention pruned it): SQLite would hand out a deleted largest id again, and an audit
 -- entry that names a run id must name that run forever. PostgreSQL's sequence never reuses.
@@ -558,6 +562,21 @@ def _migrate(conn: apsw.Connection, current: int, migrations: dict[int, str], ta
     conn.execute(f"PRAGMA user_version = {target}")
 
 
+_WRITERS: dict[str, threading.RLock] = {}
+_WRITERS_LOCK = threading.Lock()
+
+
+def writer_lock(path: Path) -> threading.RLock:
+    """The lock this process's writers of `path` take for a write transaction (reentrant:
+    a thread already writing takes a savepoint, not a second transaction)."""
+    key = os.path.realpath(path)
+    with _WRITERS_LOCK:
+        found = _WRITERS.get(key)
+        if found is None:
+            found = _WRITERS[key] = threading.RLock()
+        return found
+
+
 class ConnectionPool:
     """One connection per thread to one file, opened lazily and closed together (the
     SqlPool the shared store code runs on)."""
@@ -603,7 +622,16 @@ class ConnectionPool:
     @contextmanager
     def transaction(self) -> Iterator[apsw.Connection]:
         conn = self.get()
-        with storage_errors(self.path), write_tx(conn):
+        if not conn.get_autocommit():  # a savepoint of this thread's open transaction
+            with storage_errors(self.path), write_tx(conn):
+                yield conn
+            return
+        # One writer at a time per file in this process: threads queue here and start the
+        # moment the previous transaction ends, instead of in SQLite's busy handler, which
+        # sleeps 1, 2, 5 ... 100 ms between tries (a consumer settling and the daemon
+        # dispatching in one `vortos run` waited there). Other processes still meet the busy
+        # handler.
+        with writer_lock(self.path), storage_errors(self.path), write_tx(conn):
             yield conn
 
     def release_current(self) -> None:
