@@ -47,6 +47,9 @@ from engine.runtime.breaker import (
 )
 from engine.runtime.storage_retry import StorageRetry
 
+# A dispatch transaction of more fires than this logs one INFO line for them (DEBUG: each).
+LOG_EACH_UP_TO = 8
+
 log = logging.getLogger("vortos.daemon")
 
 DEFAULT_LEASE_TTL_MS = 15_000
@@ -431,9 +434,14 @@ class SchedulerDaemon:
             self._observer.audit_append_failed(event)
 
     def _report(self, report: DispatchReport, now: int) -> None:
-        if log.isEnabledFor(logging.INFO):
-            for fire in report.dispatched:
-                log.info(
+        fired = report.dispatched
+        # A line per fire for a few; for a burst, one line for the transaction at INFO (a
+        # line per fire cost more than the fire) and the fires' own at DEBUG.
+        each = logging.INFO if len(fired) <= LOG_EACH_UP_TO else logging.DEBUG
+        if log.isEnabledFor(each):
+            for fire in fired:
+                log.log(
+                    each,
                     "fired %s/%s slot %s late %d ms (run %d)",
                     fire.tenant,
                     fire.schedule_name,
@@ -441,6 +449,16 @@ class SchedulerDaemon:
                     max(0, now - fire.due_at),
                     fire.run_id,
                 )
+        if len(fired) > LOG_EACH_UP_TO and log.isEnabledFor(logging.INFO):
+            log.info(
+                "fired %d slot(s) from %s to %s, late at most %d ms (runs %d to %d)",
+                len(fired),
+                iso_utc(min(f.slot_at for f in fired)),
+                iso_utc(max(f.slot_at for f in fired)),
+                max(0, now - min(f.due_at for f in fired)),
+                min(f.run_id for f in fired),
+                max(f.run_id for f in fired),
+            )
         for sid, why in report.failed.items():
             log.error("schedule %s held back: its definition cannot be resolved (%s)", sid, why)
         for label, plan in report.plans.items():
