@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -18,7 +19,7 @@ from engine.domain.schedule import (
     StaticOverride,
     canonical_json,
 )
-from engine.domain.triggers import trigger_from_spec
+from engine.domain.triggers import Trigger, trigger_from_spec
 
 SCHEDULE_COLUMNS = (
     "id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, "
@@ -85,6 +86,24 @@ def schedule_from_row(row: tuple[Any, ...]) -> Schedule:
         ) from None
 
 
+# The frozen parts of a schedule, decoded once per distinct stored text: a daemon reading
+# 10,000 definitions mostly meets the same few triggers and policies (bounded caches).
+@functools.lru_cache(maxsize=4096)
+def _trigger(kind: str, spec: str) -> Trigger:
+    return trigger_from_spec(kind, json.loads(spec))
+
+
+@functools.lru_cache(maxsize=1024)
+def _misfire(text: str) -> MisfirePolicy:
+    m = json.loads(text)
+    return MisfirePolicy(MisfireKind(m["kind"]), m["catch_up_cap"], m["max_age_ms"], m["grace_ms"])
+
+
+@functools.lru_cache(maxsize=1024)
+def _retry(text: str) -> RetryPolicy:
+    return RetryPolicy.from_json(json.loads(text))
+
+
 def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
     (
         sid,
@@ -112,18 +131,15 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         declared_paused,
         override,
     ) = row
-    m = json.loads(misfire)
     return Schedule(
         id=sid,
         tenant=tenant,
         name=name,
-        trigger=trigger_from_spec(kind, json.loads(spec)),
+        trigger=_trigger(kind, spec),
         timezone=tz,
         command=command,
         payload=json.loads(payload),
-        misfire=MisfirePolicy(
-            MisfireKind(m["kind"]), m["catch_up_cap"], m["max_age_ms"], m["grace_ms"]
-        ),
+        misfire=_misfire(misfire),
         overlap=OverlapPolicy(overlap),
         jitter_ms=jitter,
         status=ScheduleStatus(status),
@@ -136,7 +152,7 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         updated_at=updated,
         pause_note=note,
         origin=ScheduleOrigin(origin),
-        retry=RetryPolicy.from_json(json.loads(retry)),
+        retry=_retry(retry),
         declared_paused=bool(declared_paused),
         override=None if override is None else StaticOverride.from_json(json.loads(override)),
     )

@@ -141,8 +141,32 @@ class SqlDispatcher(ABC, Generic[P]):
         found = scalar(self._pool, sql, shard_args)
         return None if found is None else int(found)
 
-    def _remember(self, schedule: Schedule) -> tuple[Schedule, str]:
-        payload = canonical_json(dict(schedule.payload))
+    def _load_definitions(self, conn: Any, due: Sequence[Row]) -> None:
+        """Read, in one statement, the definitions of the due schedules not cached at their
+        current version (a daemon just started: every one) inside the dispatch transaction.
+        One that cannot be decoded is left for `_definition`, which reads it alone and says
+        why."""
+        missing = [
+            r[0]
+            for r in due
+            if (cached := self._definitions.get(r[0])) is None or cached[0] != r[1]
+        ]
+        if not missing:
+            return
+        d = self._pool.dialect
+        sql = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE {d.one_of('id', d.mark, 'text')}"
+        for row in conn.execute(sql, (d.bind_list(missing),)).fetchall():
+            try:
+                schedule = schedule_from_row(row)
+            except VortosError:
+                self._definitions.pop(row[0], None)
+                continue
+            self._remember(schedule, row[7])
+
+    def _remember(self, schedule: Schedule, stored: str | None = None) -> tuple[Schedule, str]:
+        """Keep `schedule` with its payload as stored (`stored`: the column as read, which is
+        canonical JSON already)."""
+        payload = canonical_json(dict(schedule.payload)) if stored is None else stored
         self._definitions[schedule.id] = (schedule.version, schedule, payload)
         self._definitions.move_to_end(schedule.id)
         if len(self._definitions) > CACHE_SIZE:
@@ -163,4 +187,4 @@ class SqlDispatcher(ABC, Generic[P]):
             (schedule_id,),
         )
         assert row is not None
-        return self._remember(schedule_from_row(row))
+        return self._remember(schedule_from_row(row), row[7])

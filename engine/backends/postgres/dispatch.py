@@ -19,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.backends.codec import SCHEDULE_COLUMNS, schedule_from_row
 from engine.backends.dispatch import (
     ACTIVE,
     DUE_COLUMNS,
@@ -35,7 +34,6 @@ from engine.backends.dispatch import (
 from engine.backends.fairness import fair_share
 from engine.backends.postgres.audit import PostgresAuditLog, append_in
 from engine.backends.postgres.connection import PgPool, Row, first, rows
-from engine.domain.errors import VortosError
 from engine.ports.dispatch import DispatchReport, Resolver
 
 if TYPE_CHECKING:
@@ -59,7 +57,6 @@ _DUE_IN_TENANTS = (
     "AND next_fire_at <= %(until)s{shard} ORDER BY next_fire_at LIMIT %(n)s "
     "FOR UPDATE SKIP LOCKED) AS d"
 )
-_DEFINITIONS = f"SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ANY(%b::text[])"
 # Every run, fire and cursor move of the transaction in one statement. A run whose slot key is
 # taken is not inserted, so it returns no id and gets no fire. The fire queue's key refers to
 # runs inserted by the same statement: its check runs at the statement's end. Arrays go in
@@ -202,21 +199,3 @@ class PostgresDispatcher(SqlDispatcher[PgPool]):
         return fair_share(
             due, limit, cap, report, lambda: [r[0] for r in rows(conn, TENANTS)], due_in
         )
-
-    def _load_definitions(self, conn: psycopg.Connection[Row], due: list[Row]) -> None:
-        """Read, in one statement, the definitions of the due schedules not cached at their
-        current version (the rows are locked by this transaction: they are as scanned)."""
-        missing = [
-            r[0]
-            for r in due
-            if (cached := self._definitions.get(r[0])) is None or cached[0] != r[1]
-        ]
-        if not missing:
-            return
-        for row in rows(conn, _DEFINITIONS, (missing,)):
-            try:
-                schedule = schedule_from_row(row)
-            except VortosError:
-                self._definitions.pop(row[0], None)  # _definition reads it again and says why
-                continue
-            self._remember(schedule)

@@ -90,6 +90,7 @@ class SqliteDispatcher(SqlDispatcher[ConnectionPool]):
             # We hold the write lock: nobody else can insert runs until we commit, so the ids
             # can be handed out here and the rows written with executemany.
             first_id = int(scalar(conn, NEXT_RUN_ID))
+            self._load_definitions(conn, due)
             planned, advances = plan_due(
                 due, self._definition, resolve, now_ms, node_id, limit, report
             )
