@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
@@ -318,6 +319,29 @@ def inspect_path(path: Path, *, create: bool) -> bool:
     return True
 
 
+# Waits between tries for a lock another process holds: short at first (a dispatch or claim
+# transaction lasts a few ms), longer while it stays held. SQLite's own busy timeout sleeps
+# 1, 2, 5, 10 ... 100 ms, so consumer processes sharing one file spent most of a contended
+# second asleep after the lock was free.
+_BUSY_WAITS_S = (0.0002, 0.0005, 0.001, 0.001, 0.002, 0.002, 0.005)
+
+
+def busy_handler(timeout_ms: int) -> Callable[[int], bool]:
+    """A busy handler giving up after `timeout_ms` of tries for one lock."""
+    started: list[float] = [0.0]
+
+    def retry(prior_calls: int) -> bool:
+        now = time.monotonic()
+        if prior_calls == 0:
+            started[0] = now
+        elif (now - started[0]) * 1000 >= timeout_ms:
+            return False
+        time.sleep(_BUSY_WAITS_S[min(prior_calls, len(_BUSY_WAITS_S) - 1)])
+        return True
+
+    return retry
+
+
 def connect(
     path: Path, *, readonly: bool, busy_timeout_ms: int = BUSY_TIMEOUT_MS
 ) -> apsw.Connection:
@@ -329,7 +353,7 @@ def connect(
     )
     try:
         conn = apsw.Connection(str(path), flags=flags)
-        conn.set_busy_timeout(busy_timeout_ms)
+        conn.set_busy_handler(busy_handler(busy_timeout_ms))
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         if not readonly:
             conn.execute("PRAGMA synchronous = NORMAL")
