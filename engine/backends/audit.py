@@ -35,7 +35,15 @@ from engine.domain.audit import (
     seal,
     with_data_json,
 )
-from engine.domain.audit_keys import EpochKey, KeyKind, KeyPeriod, catch_up, endorse
+from engine.domain.audit_keys import (
+    EpochKey,
+    KeyKind,
+    KeyLineage,
+    KeyPeriod,
+    LineageBroken,
+    catch_up,
+    endorse,
+)
 from engine.domain.clock import Clock
 from engine.domain.errors import AuditKeyMismatch, AuditKeyMissing
 from engine.domain.timeutil import iso_utc
@@ -252,6 +260,8 @@ class SqlAuditLog(Generic[P]):
         self._keys: KeyRing | None = None
         self._lock = threading.Lock()
         self._mark = pool.dialect.mark
+        # The newest key whose lineage this process checked (once per key, not per write).
+        self._lineage_held: str | None = None
 
     def keys(self) -> KeyRing:
         """The key ring, loaded on first need (a database that is only read never needs it)."""
@@ -296,6 +306,8 @@ class SqlAuditLog(Generic[P]):
             assert found is not None
         epoch, key_id = int(found[0]), str(found[1])
         if ring.epoch == epoch and ring.active_id == key_id:
+            if self._lineage_held != key_id:
+                self._check_lineage(conn, ring)
             return ring
         periods = read_identity(lambda sql, args=(): conn.execute(sql, args).fetchall())
         assert periods is not None
@@ -303,8 +315,25 @@ class SqlAuditLog(Generic[P]):
         if adopted is None:  # the source may hold the new key by now (a rotation)
             adopted = self._adopt(self._load_keys(), epoch, key_id, periods[1])
         if adopted is not None:
+            self._check_lineage(conn, adopted)
             return adopted
         raise key_mismatch(ring, epoch, key_id, periods[1])
+
+    def _check_lineage(self, conn: Any, ring: KeyRing) -> None:
+        """Refuse to sign onto a lineage that does not follow from this key's root (its
+        database id, a key's kind or time, an endorsement edited): verification would call
+        every entry signed from now on forged."""
+        found = read_identity(lambda sql, args=(): conn.execute(sql, args).fetchall())
+        assert found is not None
+        try:
+            lineage = KeyLineage.checked(found[0], found[1], root_public_key=ring.root_public_key)
+        except LineageBroken as exc:
+            raise AuditKeyMismatch(
+                f"the database's audit key lineage does not hold ({exc}): nothing is signed "
+                "onto it. Run `vortos audit verify --full`, and restore the database from a "
+                "backup"
+            ) from None
+        self._lineage_held = lineage.current.key_id
 
     def _adopt(
         self, ring: KeyRing, epoch: int, key_id: str, periods: Sequence[KeyPeriod]
@@ -436,6 +465,13 @@ class SqlAuditLog(Generic[P]):
                 (tenant, after_id, limit),
             )
         ]
+
+    def tenants_with_history(self) -> list[str]:
+        """Tenants with a schedule or a run: each must have its audit chain."""
+        return sorted(
+            str(r[0])
+            for r in self._pool.read("SELECT tenant FROM schedules UNION SELECT tenant FROM runs")
+        )
 
     def last_transition(self, chain: str, upto: int) -> AuditEntry | None:
         m = self._mark

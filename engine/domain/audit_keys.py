@@ -106,9 +106,9 @@ class EpochKey:
 
 
 def endorsement_message(
-    database_id: str, epoch: int, key_id: str, public_key: str, kind: KeyKind
+    database_id: str, epoch: int, key_id: str, public_key: str, kind: KeyKind, started_at: int
 ) -> str:
-    return f"key:{database_id}:{epoch}:{key_id}:{public_key}:{kind.value}"
+    return f"key:{database_id}:{epoch}:{key_id}:{public_key}:{kind.value}:{started_at}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +124,9 @@ class KeyPeriod:
     endorsement: str
 
     def message(self, database_id: str) -> str:
-        return endorsement_message(database_id, self.epoch, self.key_id, self.public_key, self.kind)
+        return endorsement_message(
+            database_id, self.epoch, self.key_id, self.public_key, self.kind, self.started_at
+        )
 
 
 def endorse(
@@ -132,7 +134,7 @@ def endorse(
 ) -> KeyPeriod:
     """The lineage row of `new`, endorsed by `endorser` (`new` itself for the root)."""
     public = new.public_key
-    message = endorsement_message(database_id, new.epoch, new.key_id, public, kind)
+    message = endorsement_message(database_id, new.epoch, new.key_id, public, kind, at)
     return KeyPeriod(new.epoch, new.key_id, public, kind, at, endorser.sign(message))
 
 

@@ -31,7 +31,7 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from engine.backends.audit import Anchor, SqlAuditLog, anchor_message
 from engine.backends.sql import SqlPool
@@ -50,6 +50,9 @@ from engine.domain.audit_keys import KeyKind, KeyLineage, KeyPeriod, LineageBrok
 from engine.domain.errors import InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
 from engine.governance.anchors import AnchorExpectations, HeadAnchor, load_expectations
+from engine.governance.audit import verify
+from engine.governance.ledger import LedgerCheck
+from engine.ports.audit import AuditLog
 
 ENTRIES_SUFFIX = ".jsonl"
 MANIFEST_SUFFIX = ".manifest.json"
@@ -245,13 +248,20 @@ class ArchiveDir:
 
 
 def prepare_directory(path: Path, database_id: str) -> ArchiveDir:
-    """The archive directory, made (0700) if missing; refused (InvalidInput, nothing changed)
-    when it is not a writable directory or holds files that are not this database's archive."""
+    """The archive directory, made (0700) if missing in an existing parent; refused
+    (InvalidInput, nothing changed) when its parent is missing too, when it is not a writable
+    directory, or when it holds files that are not this database's archive."""
     if path.exists() and not path.is_dir():
         raise InvalidInput(f"the archive directory {path} is not a directory")
     if not path.exists():
+        if not path.parent.is_dir():
+            # A mistyped path must not become a tree of directories the entries vanish into.
+            raise InvalidInput(
+                f"the archive directory {path} does not exist, nor does {path.parent}: create "
+                "the directory (mode 0700) or correct the path"
+            )
         try:
-            path.mkdir(mode=0o700, parents=True)
+            path.mkdir(mode=0o700)
         except OSError as exc:
             raise InvalidInput(
                 f"cannot create the archive directory {path}: {exc.strerror}"
@@ -388,6 +398,15 @@ def archive(
         if chain in held:
             report.held.append(chain)
             continue
+        # The whole chain as `verify --full` sees it, run rows against their batches too: an
+        # archive never carries away (and so hides) a chain or a ledger that does not verify.
+        as_log = cast("AuditLog", log)  # each backend's log adds `append`
+        checked = verify(as_log, ring, chains=[chain], full=True, record=False).chains[0]
+        if checked.problem is not None:
+            raise ArchiveRefused(
+                f"audit chain {chain} does not verify (entry {checked.problem.seq}: "
+                f"{checked.problem.reason}): nothing of it was archived; find out why first"
+            )
         wrote = False
         while True:
             done = _archive_one(
@@ -723,6 +742,8 @@ class _FileWalk:
     anchors: Mapping[int, HeadAnchor] = field(default_factory=dict)
     anchored_seen: set[int] = field(default_factory=set)
     entries: int = 0
+    # With the database at hand: archived and live batch entries against their run rows.
+    ledger: LedgerCheck | None = None
 
     def problem(self, seq: int, reason: str) -> ChainProblem:
         self.walk.problem = ChainProblem(seq, reason)
@@ -736,6 +757,11 @@ class _FileWalk:
             )
             return False
         self.entries += 1
+        if self.ledger is not None:
+            problem = self.ledger.feed(entry)
+            if problem is not None:
+                self.problem(problem.seq, f"{where}: {problem.reason}")
+                return False
         expected = self.anchors.get(entry.seq)
         if expected is not None:
             self.anchored_seen.add(entry.seq)
@@ -1064,7 +1090,12 @@ def _verify_chain(
     anchored: Mapping[int, HeadAnchor],
 ) -> ArchiveChainReport:
     report = ArchiveChainReport(chain)
-    walk = _FileWalk(ChainWalk(chain, keys, lineage=lineage), lineage, anchored)
+    walk = _FileWalk(
+        ChainWalk(chain, keys, lineage=lineage),
+        lineage,
+        anchored,
+        ledger=None if log is None else LedgerCheck(log.fired_runs),
+    )
     anchor = log.anchor(chain) if log is not None else None
     report.anchor = None if anchor is None else anchor.seq
     if anchor is not None and not _anchor_signed(anchor, lineage):
@@ -1159,6 +1190,8 @@ def _done(report: ArchiveChainReport, walk: _FileWalk) -> ArchiveChainReport:
         report.archived = walk.entries
     if report.problem is None:
         report.problem = walk.walk.problem
+    if report.problem is None and walk.ledger is not None and report.head is not None:
+        report.problem = walk.ledger.finish()
     if report.problem is None and report.head is not None:
         # The database was walked to its head: an anchored entry past it was cut off.
         for seq in sorted(walk.anchors):

@@ -27,6 +27,7 @@ from engine.domain.audit import (
     checkpoint_message,
     entry_message,
     parse_point,
+    tenant_chain,
 )
 from engine.domain.audit_keys import KeyKind, KeyLineage, KeyPeriod, LineageBroken, verify_signed
 from engine.domain.errors import VortosError
@@ -232,6 +233,15 @@ def judge_mark(
     return _last_transition_holds(log, trust, mark.chain, mark.seq)
 
 
+def _mark_checkable(trust: Trust, mark: VerificationMark) -> bool:
+    if len(mark.signature) == HMAC_HEX:  # a mark from before epochs: the key's holder only
+        return trust.keys is not None and trust.keys.holds(mark.key_id)
+    return trust.lineage is not None and mark.key_id in trust.lineage.by_id()
+
+
+HMAC_HEX = 64  # HMAC-SHA-256 in hex (an Ed25519 signature is 128)
+
+
 def _mark_signed(trust: Trust, mark: VerificationMark) -> bool:
     message = checkpoint_message(mark.chain, mark.seq, mark.hash)
     if trust.lineage is not None:
@@ -326,6 +336,11 @@ class _Plan:
 def _plan(log: AuditLog, trust: Trust, chain: str, mode: VerifyMode) -> _Plan:
     head = log.head(chain)
     mark = log.verified(chain)
+    if mark is not None and not _mark_checkable(trust, mark):
+        # Signed by a key nobody holds any more and no lineage names (an HMAC mark from
+        # before epochs, whose key a seal erased): it cannot vouch for anything, nor be told
+        # forged. Walk as if there were none; an intact walk signs a new one.
+        mark = None
     plan = _Plan(ChainReport(chain, head, 0, mode=mode), mark)
     if trust.broken is not None:
         plan.report.problem = ChainProblem(1, trust.broken)
@@ -454,9 +469,42 @@ def _walk_plan(
         and chain_tenant(chain) is not None
     ):
         report.problem = _unrecorded_runs(log, chain, ledger)
+    if (
+        report.problem is not None
+        and report.verified_to is None
+        and not report.problem.unverifiable
+    ):
+        # Found after the walk (runs missing, a truncated tail): the last entry before the
+        # problem is as far as this verification vouches for.
+        report.verified_to = _point_before(log, chain, report.problem.seq)
     report.batches_checked = ledger.batches
     report.partly_pruned = ledger.partly_pruned
     return report
+
+
+def _point_before(log: AuditLog, chain: str, seq: int) -> ChainPoint:
+    if seq <= 1:
+        return START
+    found = log.entries(chain, after_seq=seq - 2, limit=1)
+    return ChainPoint(found[0].seq, found[0].hash) if found else START
+
+
+def _missing_chains(log: AuditLog, present: set[str]) -> list[_Plan]:
+    """A tenant with schedules or runs and no audit chain: every change and fire of it was
+    recorded in its chain, so the chain was deleted whole."""
+    missing = []
+    for tenant in log.tenants_with_history():
+        chain = tenant_chain(tenant)
+        if chain in present:
+            continue
+        report = ChainReport(chain, START, 0, mode=VerifyMode.FULL)
+        report.problem = ChainProblem(
+            1,
+            f"tenant {tenant!r} has schedules or runs in the database but no audit chain: "
+            "its whole chain was deleted",
+        )
+        missing.append(_Plan(report, None))
+    return missing
 
 
 def _unrecorded_runs(log: AuditLog, chain: str, ledger: LedgerCheck) -> ChainProblem | None:
@@ -488,11 +536,15 @@ def _walk(
     and each batch with the ledger; how many checkpoints were compared."""
     compared = 0
     for entry in entries:
+        before = walk.at
         if not walk.feed(entry):
             break
         problem = ledger.feed(entry)
         if problem is not None:
+            # The entry itself is not vouched for: the walk ends before it (a mark moved back
+            # there must not trust it).
             walk.problem = problem
+            walk.at = before
             break
         checkpoint = checkpoints.get(entry.seq)
         if checkpoint is None:
@@ -590,6 +642,8 @@ def verify(
     record = record and keys is not None
     trust = trust_for(log, keys, root=root)
     plans = [_plan(log, trust, chain, mode) for chain in wanted]
+    if chains is None and mode is VerifyMode.FULL:
+        plans += _missing_chains(log, set(wanted))
     counter = _Counter(sum(p.to_check for p in plans), progress, cancelled or _never)
     if progress is not None:
         progress(0, counter.total)
@@ -702,6 +756,41 @@ class SignedHead:
         }
 
 
+def anchor_json(anchor: Anchor) -> dict[str, Any]:
+    return {
+        "chain": anchor.chain,
+        "seq": anchor.seq,
+        "hash": anchor.hash,
+        "key_id": anchor.key_id,
+        "at": anchor.at,
+        "signature": anchor.signature,
+        "archive": anchor.archive,
+    }
+
+
+def roster_message(database_id: str, heads: Mapping[str, str]) -> str:
+    listed = ",".join(f"{chain}={point}" for chain, point in sorted(heads.items()))
+    return f"roster:{database_id}:{listed}"
+
+
+@dataclass(frozen=True, slots=True)
+class Roster:
+    """An export's last line: every chain it holds and its head, signed."""
+
+    heads: Mapping[str, str]  # chain -> SEQ:HASH
+    key_id: str
+    signature: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "roster": {
+                "heads": dict(sorted(self.heads.items())),
+                "key_id": self.key_id,
+                "signature": self.signature,
+            }
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class ExportHeader:
     """An export's first line: the database's id and key lineage (public halves only)."""
@@ -754,9 +843,16 @@ def export(
         header = ExportHeader(identity[0], tuple(identity[1]))
         out.write(_line(header.to_json()))
     count = 0
+    heads: dict[str, str] = {}
     for chain in list(chains) if chains is not None else log.chains():
         after = 0
         last: AuditEntry | None = None
+        anchor = log.anchor(chain)
+        if anchor is not None:
+            # The entries up to it were archived: the export's walk starts from this signed
+            # point (the archive itself is `verify --with-archive`'s).
+            out.write(_line({"anchor": anchor_json(anchor)}))
+            after = anchor.seq
         while True:
             page = log.entries(chain, after_seq=after, limit=PAGE)
             if not page:
@@ -770,6 +866,12 @@ def export(
             message = head_message(identity[0], chain, last.seq, last.hash)
             head = SignedHead(chain, last.seq, last.hash, keys.active_id, keys.seal(message))
             out.write(_line(head.to_json()))
+            heads[chain] = ChainPoint(last.seq, last.hash).spelled()
+    if keys is not None and identity is not None:
+        # The signed list of every chain exported, and its head: a chain left out or cut
+        # short of its head is told from it, with the public key alone.
+        roster = Roster(heads, keys.active_id, keys.seal(roster_message(identity[0], heads)))
+        out.write(_line(roster.to_json()))
     return count
 
 
@@ -777,7 +879,7 @@ def _line(value: Mapping[str, Any]) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-ExportItem = AuditEntry | SignedHead | ExportHeader
+ExportItem = AuditEntry | SignedHead | ExportHeader | Roster | Anchor
 
 
 def read_export(lines: Iterable[str]) -> Iterator[ExportItem]:
@@ -790,6 +892,24 @@ def read_export(lines: Iterable[str]) -> Iterator[ExportItem]:
                 yield ExportHeader(
                     str(value["database_id"]),
                     tuple(period_from_json(p) for p in value["lineage"]),
+                )
+            elif "anchor" in value:
+                a = value["anchor"]
+                yield Anchor(
+                    str(a["chain"]),
+                    int(a["seq"]),
+                    str(a["hash"]),
+                    str(a["key_id"]),
+                    int(a["at"]),
+                    str(a["signature"]),
+                    str(a["archive"]),
+                )
+            elif "roster" in value:
+                roster = value["roster"]
+                yield Roster(
+                    {str(k): str(v) for k, v in dict(roster["heads"]).items()},
+                    str(roster["key_id"]),
+                    str(roster["signature"]),
                 )
             elif "head" in value:
                 head = value["head"]
@@ -823,8 +943,18 @@ def verify_export(
     lineage: KeyLineage | None = None
     broken: str | None = None
     database_id = ""
+    header = False
+    roster: Roster | None = None
+    anchors: dict[str, Anchor] = {}
     for item in items:
+        if isinstance(item, Roster):
+            roster = item
+            continue
+        if isinstance(item, Anchor):
+            anchors[item.chain] = item
+            continue
         if isinstance(item, ExportHeader):
+            header = True
             database_id = item.database_id
             lineage, broken = _export_lineage(item, keys, root)
             continue
@@ -839,17 +969,43 @@ def verify_export(
                     head_message(database_id, item.chain, item.seq, item.hash),
                 )
             continue
-        walk = walks.setdefault(item.chain, ChainWalk(item.chain, keys, lineage=lineage))
+        walk = walks.get(item.chain) or _export_walk(
+            item, keys, lineage, anchors.get(item.chain), walks
+        )
         if walk.feed(item):
             wanted = expect.get(item.chain)
             if wanted is not None and wanted.seq == item.seq:
                 seen[item.chain] = item.hash
     if root is not None and lineage is None and broken is None:
         broken = "the export carries no key lineage: the public key cannot vouch for it"
+    listed: dict[str, str] = {}
+    unlisted = False
+    if header and broken is None:
+        listed, broken_roster = _judge_roster(roster, lineage, database_id)
+        if broken_roster is not None:
+            broken = broken_roster
+            unlisted = roster is None  # nothing to judge by, not a forgery
+    return _export_result(walks, keys, expect, seen, listed if header else None, broken, unlisted)
+
+
+def _export_result(
+    walks: Mapping[str, ChainWalk],
+    keys: KeyRing | None,
+    expect: Mapping[str, ChainPoint],
+    seen: Mapping[str, str],
+    listed: Mapping[str, str] | None,
+    broken: str | None,
+    unlisted: bool,
+) -> Verification:
+    """One report per chain walked, expected or listed in the export's signed roster."""
     result = Verification()
-    for chain in sorted(walks.keys() | expect.keys()):
+    for chain in sorted(walks.keys() | expect.keys() | (listed or {}).keys()):
         walk = walks.get(chain) or ChainWalk(chain, keys)
-        problem = ChainProblem(1, broken) if broken is not None else walk.finish()
+        problem = (
+            ChainProblem(1, broken, unverifiable=unlisted) if broken is not None else walk.finish()
+        )
+        if problem is None and listed is not None:
+            problem = _against_roster(chain, walk.at, listed)
         report = ChainReport(chain, walk.at, 0, walk.checked, problem, mode=VerifyMode.EXPORT)
         report.seals_checked = walk.seals_checked
         wanted = expect.get(chain)
@@ -857,6 +1013,60 @@ def verify_export(
             report.problem = _export_against_expected(walk.at, wanted, seen.get(chain))
         result.chains.append(report)
     return result
+
+
+def _export_walk(
+    first: AuditEntry,
+    keys: KeyRing | None,
+    lineage: KeyLineage | None,
+    anchor: Anchor | None,
+    walks: dict[str, ChainWalk],
+) -> ChainWalk:
+    """The walk of `first`'s chain: from its start, or from its archive anchor (signed by a
+    key of the lineage), the chain signed there with the first entry's key."""
+    walk = ChainWalk(first.chain, keys, lineage=lineage)
+    walks[first.chain] = walk
+    if anchor is None:
+        return walk
+    period = None if lineage is None else lineage.by_id().get(anchor.key_id)
+    message = anchor_message(anchor.chain, anchor.seq, anchor.hash, anchor.archive)
+    if period is None or not verify_signed(period.public_key, message, anchor.signature):
+        walk.problem = ChainProblem(
+            anchor.seq, "the export's archive anchor is not validly signed (edited or forged)"
+        )
+        return walk
+    key = None if first.event == CHAIN_OPENED else first.key_id
+    walk.start_at(ChainPoint(anchor.seq, anchor.hash), key)
+    return walk
+
+
+def _judge_roster(
+    roster: Roster | None, lineage: KeyLineage | None, database_id: str
+) -> tuple[dict[str, str], str | None]:
+    """The chains and heads the export's signed roster lists, or why it cannot be trusted."""
+    if roster is None:
+        return {}, (
+            "the export ends without its signed list of chains (cut short, or exported "
+            "without the audit key): a chain or entries left out could not be told"
+        )
+    period = None if lineage is None else lineage.by_id().get(roster.key_id)
+    message = roster_message(database_id, roster.heads)
+    if period is None or not verify_signed(period.public_key, message, roster.signature):
+        return {}, "the export's list of chains is not validly signed (edited or forged)"
+    return dict(roster.heads), None
+
+
+def _against_roster(chain: str, end: ChainPoint, listed: Mapping[str, str]) -> ChainProblem | None:
+    point = listed.get(chain)
+    if point is None:
+        return ChainProblem(1, "this chain is not in the export's signed list of chains (added)")
+    if point != end.spelled():
+        return ChainProblem(
+            end.seq + 1,
+            f"the export's signed list says this chain ends at {point.split(':')[0]}, the "
+            f"export holds it to {end.seq} (cut short or rewritten)",
+        )
+    return None
 
 
 def _export_lineage(

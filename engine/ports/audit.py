@@ -69,6 +69,10 @@ class AuditLog(Protocol):
         the first key was recorded."""
         ...
 
+    def tenants_with_history(self) -> list[str]:
+        """Tenants with a schedule or a run (each must have its audit chain)."""
+        ...
+
     def last_transition(self, chain: str, upto: int) -> AuditEntry | None:
         """The chain's newest epoch seal or rotation at or before `upto` (None: none)."""
         ...

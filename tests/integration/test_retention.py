@@ -434,8 +434,17 @@ def test_every_batch_is_audited_in_each_tenants_chain(engine: Engine, clock: Man
     assert (other["runs"], other["fires"], other["dead_letters"]) == (2, 2, 2)
     assert other["retention_days"] == 30
     assert other["dead_letter_days"] == 90
-    chains = verify(engine.storage.audit, engine.storage.audit.keys(), full=True, record=False)
-    assert all(c.intact for c in chains.chains)
+    # The runs were made straight in the ledger, unaudited, for the sweep to prune; only the
+    # chains the prune wrote to are judged (a full verify of every chain would rightly name
+    # tenant 'fresh', whose runs no chain records).
+    chains = verify(
+        engine.storage.audit,
+        engine.storage.audit.keys(),
+        chains=engine.storage.audit.chains(),
+        full=True,
+        record=False,
+    )
+    assert all(c.intact for c in chains.chains), [(c.chain, c.problem) for c in chains.chains]
 
 
 def test_a_prune_that_removes_nothing_records_nothing(engine: Engine, clock: ManualClock) -> None:

@@ -15,9 +15,10 @@ from engine.backends.audit import SqlAuditLog
 from engine.control import RemoteService
 from engine.domain.audit import ChainPoint, ChainProblem, KeyRing, parse_point, summary
 from engine.domain.audit_keys import KeyKind
+from engine.domain.database import is_postgres_url
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
-from engine.governance.archive import read_public_key, verify_with_archive
+from engine.governance.archive import ArchiveVerification, read_public_key, verify_with_archive
 from engine.governance.audit import (
     ChainReport,
     PublicRoot,
@@ -228,7 +229,8 @@ def verify_(
             readable, unreadable = reader.service.audit_chains_to_verify(
                 actor=operator(), wanted=chains, expected=list(expect)
             )
-            result = verify(reader.storage.audit, None, chains=readable, expect=expect, root=root)
+            every = None if chains is None and unreadable == 0 else readable
+            result = verify(reader.storage.audit, None, chains=every, expect=expect, root=root)
         result.unreadable = unreadable
         _report(result, as_json)
         return
@@ -247,7 +249,9 @@ def verify_(
         )
     with open_existing(ctx) as engine:
         keys = load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
-        result = verify(engine.storage.audit, keys, chains=readable, full=full, expect=expect)
+        # Every chain for whoever may read every one: a chain deleted whole is then named.
+        every = None if chains is None and unreadable == 0 else readable
+        result = verify(engine.storage.audit, keys, chains=every, full=full, expect=expect)
         result.unreadable = unreadable
         _report(result, as_json)
 
@@ -279,18 +283,34 @@ def _verify_with_archive(
             root = read_public_key(public_key)
         except ValueError as exc:
             raise InvalidInput(f"--public-key {public_key}: {exc}") from None
+    if root is not None and not is_postgres_url(cli.db) and not Path(cli.db).exists():
+        # An auditor with the archive, the anchors and the public key, and no database.
+        result = verify_with_archive(
+            directory, log=None, keys=None, public_key=root, anchors_file=anchors, chains=chains
+        )
+        _archive_report(result, as_json, root is not None)
+        return
     keys = (
         None
         if root is not None
         else load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
     )
     with open_for_read(ctx) as reader:
-        readable, _ = reader.service.audit_chains_to_verify(actor=operator(), wanted=chains)
+        readable, unreadable = reader.service.audit_chains_to_verify(
+            actor=operator(), wanted=chains
+        )
         audit = reader.storage.audit
         assert isinstance(audit, SqlAuditLog)
+        # Whoever may read every chain verifies every chain the archive, the anchors or the
+        # database know of: one deleted from the database is then named, not skipped.
+        only = None if chains is None and unreadable == 0 else readable
         result = verify_with_archive(
-            directory, log=audit, keys=keys, public_key=root, anchors_file=anchors, chains=readable
+            directory, log=audit, keys=keys, public_key=root, anchors_file=anchors, chains=only
         )
+    _archive_report(result, as_json, root is not None)
+
+
+def _archive_report(result: ArchiveVerification, as_json: bool, public_only: bool) -> None:
     if as_json:
         emit_json(result.to_json())
     else:
@@ -324,7 +344,7 @@ def _verify_with_archive(
     say(
         f"{said[0]} archived and {said[1]} database entr(ies) checked in "
         f"{len(result.chains)} chain(s): no tampering found in them"
-        + (" (with the public key only)" if root is not None else "")
+        + (" (with the public key only)" if public_only else "")
     )
 
 

@@ -177,7 +177,8 @@ class ConsoleActions:
         result = verify(
             audit,
             audit.keys(),
-            chains=chains,
+            # Every chain for whoever may read every one: a chain deleted whole is named.
+            chains=None if unreadable == 0 else chains,
             full=full,
             progress=progress,
             cancelled=cancelled,
