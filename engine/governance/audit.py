@@ -661,6 +661,8 @@ def verify(
             and report.verified_to is not None
             and plan.mark is not None
             and report.verified_to.seq < plan.mark.seq
+            # A chain now shorter than its mark keeps the mark: it is the evidence of the cut.
+            and report.head.seq >= plan.mark.seq
             and _signed(trust, plan.mark)
         ):
             # A break found below a genuine mark: the mark no longer vouches for the entries

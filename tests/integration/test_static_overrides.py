@@ -202,6 +202,12 @@ def test_a_static_schedule_paused_before_overrides_existed_keeps_its_pause(
     conn = apsw.Connection(str(db))  # the database as version 7 left it
     conn.execute("ALTER TABLE schedules DROP COLUMN override")
     conn.execute("ALTER TABLE schedules DROP COLUMN declared_paused")
+    # What version 11 added (the audit chain at scale), which 8..10 do not touch.
+    conn.execute(
+        "DROP INDEX audit_entries_transitions; ALTER TABLE audit_entries DROP COLUMN seal; "
+        "DROP TRIGGER runs_id_floor; DROP TABLE run_id_floor; DROP TABLE audit_identity; "
+        "DROP TABLE audit_keys; DROP TABLE audit_chains; DROP TABLE audit_anchors"
+    )
     conn.execute("PRAGMA user_version = 7")
     conn.close()
     with open_engine(db, clock=clock) as engine:

@@ -23,7 +23,7 @@ from tests.security.deployment import Accounts, Deployment, deployment
 
 A, B = tenant_chain("a"), tenant_chain("b")
 BIG = tenant_chain("big")
-ENTRIES = 30  # in tenant:a and tenant:b each: a create and 29 triggers
+ENTRIES = 31  # in tenant:a and tenant:b each: the chain's opening, a create and 29 triggers
 BIG_ENTRIES = 2_500  # checkpoints at 1000 and 2000
 
 
@@ -33,7 +33,7 @@ def seed_tenants(engine: Engine) -> None:
             ScheduleSpec("report", IntervalTrigger(MINUTE_MS, T0), "noop", tenant=tenant),
             actor="alice",
         )
-        for _ in range(ENTRIES - 1):
+        for _ in range(ENTRIES - 2):
             engine.service.trigger("report", tenant=tenant, actor="bob")
 
 
@@ -128,7 +128,7 @@ def test_an_inserted_entry_breaks_the_chain_where_it_went_in(audited: Path) -> N
         f"UPDATE audit_entries SET seq = seq + 1000 WHERE chain = '{A}' AND seq >= 15",
         f"UPDATE audit_entries SET seq = seq - 999 WHERE chain = '{A}' AND seq >= 1015",
         "INSERT INTO audit_entries SELECT chain, 15, 'schedule.deleted', 'mallory', tenant, "
-        "schedule_id, NULL, at, '{}', prev_hash, hash, key_id, signature "
+        "schedule_id, NULL, at, '{}', prev_hash, hash, key_id, signature, seal "
         f"FROM audit_entries WHERE chain = '{A}' AND seq = 16",
     )
     assert_broken(verify(audited, "--full"), A, 15, "content does not match its hash")
@@ -160,7 +160,7 @@ def test_an_entry_replayed_from_another_chain_at_the_same_seq_fails(audited: Pat
         audited,
         f"DELETE FROM audit_entries WHERE chain = '{B}' AND seq = 1",
         f"INSERT INTO audit_entries SELECT '{B}', seq, event, actor, 'b', schedule_id, slot_key, "
-        f"at, data, prev_hash, hash, key_id, signature FROM audit_entries "
+        f"at, data, prev_hash, hash, key_id, signature, seal FROM audit_entries "
         f"WHERE chain = '{A}' AND seq = 1",
     )
     assert_broken(verify(audited, "--full", "--chain", B), B, 1, "content does not match")
@@ -222,7 +222,9 @@ def test_a_forged_mark_is_reported_and_never_trusted(audited: Path) -> None:
         "INSERT OR REPLACE INTO audit_verified VALUES "
         f"('{A}', 25, '{entry_hash(audited, A, 25)}', {T0}, 'k', '{'0' * 64}')",
     )
-    assert_broken(verify(audited), A, 25, "verification mark is signed with key k")
+    # Signed with a key nobody knows, it vouches for nothing: the walk starts from the chain's
+    # start and finds the edit (never trusted, never skipped quietly).
+    assert_broken(verify(audited), A, 20, "content does not match")
     assert_broken(verify(audited, "--full"), A, 20, "content does not match")
     # Signed as if with the real key's id, the signature is still not the key's.
     ((key_id,),) = query(audited, f"SELECT key_id FROM audit_entries WHERE chain = '{A}' LIMIT 1")
@@ -246,7 +248,8 @@ def test_a_mark_moved_to_another_chain_is_not_valid_there(audited: Path) -> None
 def test_an_entry_rewritten_at_the_mark_is_found(audited: Path) -> None:
     verified_once(audited)
     tamper(
-        audited, f"UPDATE audit_entries SET hash = '{'1' * 64}' WHERE chain = '{A}' AND seq = 30"
+        audited,
+        f"UPDATE audit_entries SET hash = '{'1' * 64}' WHERE chain = '{A}' AND seq = {ENTRIES}",
     )
     assert_broken(verify(audited), A, ENTRIES, "changed since (rewritten)")
     assert_broken(verify(audited, "--full"), A, ENTRIES, "content does not match its hash")
@@ -274,7 +277,7 @@ def test_a_checkpoint_with_a_forged_signature_is_found(big: Path) -> None:
         f"UPDATE audit_checkpoints SET signature = '{'0' * 64}' "
         f"WHERE chain = '{BIG}' AND seq = 1000",
     )
-    assert_broken(verify(big, "--full"), BIG, 1000, "checkpoint's signature is not valid")
+    assert_broken(verify(big, "--full"), BIG, 1000, "signed point's signature is not valid")
 
 
 def test_a_forged_checkpoint_past_the_head_is_found(big: Path) -> None:
@@ -282,16 +285,17 @@ def test_a_forged_checkpoint_past_the_head_is_found(big: Path) -> None:
         big,
         f"INSERT INTO audit_checkpoints VALUES ('{BIG}', 3000, '{'3' * 64}', 'k', '{'0' * 64}')",
     )
-    assert_broken(verify(big, "--full"), BIG, 3000, "not in the key ring")
+    assert_broken(verify(big, "--full"), BIG, 3000, "checkpoint's signature is not valid")
 
 
 def test_full_reports_the_checkpoints_it_compared(big: Path) -> None:
     done = verify(big, "--full", "--json")
     assert done.code == 0, done.stderr
     (report,) = json.loads(done.stdout)
-    assert (report["mode"], report["checked"], report["checkpoints_checked"]) == ("full", 2500, 2)
+    # The chain's opening and its 2,500 entries.
+    assert (report["mode"], report["checked"], report["checkpoints_checked"]) == ("full", 2501, 2)
     assert report["trusted_through"] == 0
-    assert "2500 entries checked now in 1 chain(s), with 2 signed checkpoint(s)" in done.stderr
+    assert "2501 entries checked now in 1 chain(s), with 2 signed checkpoint(s)" in done.stderr
 
 
 # -- what an incremental verify says ------------------------------------------------------------
@@ -381,15 +385,18 @@ def test_expect_head_with_file_passes_when_the_export_holds_that_entry(
 def test_expect_head_with_file_fails_on_an_export_cut_short(
     audited: Path, exported: tuple[Path, str]
 ) -> None:
-    out, head = exported
+    out, _head = exported
     kept = [
         line
         for line in out.read_text().splitlines()
-        if not (json.loads(line)["chain"] == A and json.loads(line)["seq"] > 27)
+        # Its entries past 27 and its signed head line, as someone cutting it would.
+        if not (json.loads(line).get("chain") == A and json.loads(line).get("seq", 0) > 27)
+        and json.loads(line).get("head", {}).get("chain") != A
     ]
     out.write_text("\n".join(kept) + "\n")
-    assert verify(audited, "--file", str(out)).code == 0  # what is there is intact
-    assert_broken(verify(audited, "--file", str(out), "--expect-head", head), A, 28, "truncated")
+    # The export's signed roster names the head the chain should reach: the cut is told even
+    # without a head kept elsewhere.
+    assert_broken(verify(audited, "--file", str(out)), A, 28, "cut short")
 
 
 def test_expect_head_with_file_fails_when_the_export_lacks_the_chain_or_holds_another_entry(
@@ -398,10 +405,12 @@ def test_expect_head_with_file_fails_when_the_export_lacks_the_chain_or_holds_an
     out, head = exported
     seq = head.split("=", 1)[1].split(":", 1)[0]
     other = f"{A}={seq}:{'4' * 64}"
-    assert_broken(verify(audited, "--file", str(out), "--expect-head", other), A, 30, "changed")
-    kept = [line for line in out.read_text().splitlines() if json.loads(line)["chain"] != A]
+    assert_broken(
+        verify(audited, "--file", str(out), "--expect-head", other), A, ENTRIES, "changed"
+    )
+    kept = [line for line in out.read_text().splitlines() if json.loads(line).get("chain") != A]
     out.write_text("\n".join(kept) + "\n")
-    assert_broken(verify(audited, "--file", str(out), "--expect-head", head), A, 1, "truncated")
+    assert_broken(verify(audited, "--file", str(out), "--expect-head", head), A, 1, "cut short")
 
 
 # -- who may verify: real Unix accounts ---------------------------------------------------------
@@ -487,7 +496,9 @@ def test_what_was_trusted_travels_over_the_socket(governed: Deployment, ops: Acc
     assert f"{B} entries 1..{ENTRIES} (mark of " in again.stderr
     full = governed.as_account(ops.alice, "audit", "verify", "--chain", B, "--full", "--json")
     (report,) = json.loads(full.stdout)
-    assert (report["mode"], report["trusted_through"], report["checked"]) == ("full", 0, ENTRIES)
+    # --full walks every entry, to the head, trusting none.
+    assert (report["mode"], report["trusted_through"]) == ("full", 0)
+    assert report["checked"] == report["head_seq"] >= ENTRIES
     broken = governed.as_account(ops.alice, "audit", "verify", "--full")
     assert broken.returncode == 1
     assert f"audit chain {A} is broken at entry 3" in broken.stderr

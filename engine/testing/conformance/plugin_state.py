@@ -108,7 +108,8 @@ class PluginStateConformance(StorageConformance):
             ]
         )
 
-        assert storage.audit.heads() == {"tenant:acme": 2, "system": 1}, (
+        # Each chain's opening entry, then what was appended.
+        assert storage.audit.heads() == {"tenant:acme": 3, "system": 2}, (
             "heads: every chain with entries, at its newest sequence number"
         )
 
