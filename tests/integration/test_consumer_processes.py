@@ -79,6 +79,7 @@ class Consumer:
     """One `vortos consume` process."""
 
     def __init__(self, db: Path, app_dir: Path, journal: Path, name: str, *extra: str) -> None:
+        self.name = name
         self.log_path = app_dir.parent / f"{name}.log"
         env = cli_env(
             {
@@ -106,6 +107,10 @@ class Consumer:
                 stderr=subprocess.STDOUT,
                 env=env,
             )
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -153,6 +158,14 @@ def test_four_consumer_processes_run_each_of_2000_fires_exactly_once(
     assert report.dispatched == 2000
     consumers = [Consumer(db_path, app_dir, journal, f"c{n}") for n in range(4)]
     try:
+        # Each one up (its stop signals handled) before the others may drain the queue:
+        # stopped while still starting, a process would die of the signal itself.
+        wait_for(
+            lambda: all(f"consumer {c.name} on " in c.log for c in consumers),
+            timeout=120,
+            what="every consumer to start",
+            every=0.2,
+        )
         wait_for(
             lambda: engine.storage.fire_queue.depth() == 0,
             timeout=120,

@@ -364,10 +364,11 @@ def export_(
         typer.Option("--force", help="Replace an existing --output file (atomically)."),
     ] = False,
 ) -> None:
-    """Every entry as JSON lines, chain by chain, for archiving or `verify --file`: first the
-    database's key lineage (public halves), and each chain closed by its head signed with the
-    key's public half when this account holds the key, so `verify --file --public-key` can
-    vouch for every entry."""
+    """Every entry as JSON lines, chain by chain, for archiving or `verify --file`.
+
+    First the database's key lineage (public halves); each chain closed by its head, and the
+    whole by a roster of every chain and head, signed with Ed25519 when this account holds the
+    key, so that `verify --file --public-key` can vouch for every entry and tell a cut."""
     keys = _signing_keys(ctx)
     with open_for_read(ctx) as engine:
         readable = engine.service.audit_chains(actor=operator(), wanted=chains)
@@ -474,9 +475,11 @@ def rotate_key(ctx: typer.Context) -> None:
 @app.command("seal", epilog=EXIT_CODES)
 @handles_errors
 def seal_(ctx: typer.Context) -> None:
-    """Seal the current epoch: the key evolves one way to the next epoch's, the old one is
-    erased from the key file, and a key stolen from now on cannot sign anything of the sealed
-    epoch. `vortos run` seals by itself every `audit_epoch` (a setting)."""
+    """Seal the current epoch of the audit key (forward security).
+
+    The key evolves one way to the next epoch's, the old one is erased from the key file, and
+    a key stolen from now on cannot sign anything of the sealed epoch. `vortos run` seals by
+    itself every `audit_epoch` (a setting)."""
     where, _path = _key_file(ctx, "seal")
     with open_existing(ctx) as engine:
         audit = engine.storage.audit
@@ -498,8 +501,10 @@ def public_key_(
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing file.")] = False,
 ) -> None:
-    """What an auditor needs to verify exports and archives with no secret: the database's id
-    and its root public key, as JSON (`verify --public-key FILE`). It cannot sign anything."""
+    """The public key file an auditor verifies with (no secret in it).
+
+    The database's id and its root public key, as JSON, for `verify --public-key FILE`: it
+    verifies exports, archives and anchors, and cannot sign anything."""
     with open_for_read(ctx) as engine:
         identity = engine.storage.audit.identity()
     if identity is None or not identity[1]:

@@ -343,7 +343,11 @@ def busy_handler(timeout_ms: int) -> Callable[[int], bool]:
 
 
 def connect(
-    path: Path, *, readonly: bool, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    path: Path,
+    *,
+    readonly: bool,
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    fine_busy: bool = True,
 ) -> apsw.Connection:
     """A configured connection. Raises StorageError for anything SQLite refuses."""
     flags = (
@@ -353,7 +357,12 @@ def connect(
     )
     try:
         conn = apsw.Connection(str(path), flags=flags)
-        conn.set_busy_handler(busy_handler(busy_timeout_ms))
+        if fine_busy:
+            conn.set_busy_handler(busy_handler(busy_timeout_ms))
+        else:
+            # Creating or upgrading a file (and switching it to WAL, which needs it alone):
+            # SQLite's longer sleeps leave room for the one lock no other process may share.
+            conn.set_busy_timeout(busy_timeout_ms)
         conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
         if not readonly:
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -487,7 +496,7 @@ def prepare(path: Path, *, create: bool, write: bool) -> None:
     existed = inspect_path(path, create=create)
     if not existed and write:
         _create_file(path)
-    conn = connect(path, readonly=not write and existed)
+    conn = connect(path, readonly=not write and existed, fine_busy=False)
     created = False
     try:
         if write and conn.readonly("main"):
@@ -655,8 +664,19 @@ class ConnectionPool:
         # sleeps 1, 2, 5 ... 100 ms between tries (a consumer settling and the daemon
         # dispatching in one `vortos run` waited there). Other processes still meet the busy
         # handler.
-        with writer_lock(self.path), storage_errors(self.path), write_tx(conn):
-            yield conn
+        lock = writer_lock(self.path)
+        # Bounded like SQLite's own wait: a writer stuck behind another thread past the busy
+        # timeout gets the same retryable error, never a wait that cannot end.
+        if not lock.acquire(timeout=self.busy_timeout_ms / 1000):
+            raise StorageError(
+                f"database {self.path} stayed locked by another writer of this process past "
+                "the busy timeout; try again"
+            )
+        try:
+            with storage_errors(self.path), write_tx(conn):
+                yield conn
+        finally:
+            lock.release()
 
     def release_current(self) -> None:
         """Close this thread's connection (a thread that is about to end)."""
