@@ -152,20 +152,21 @@ def test_four_consumer_processes_run_each_of_2000_fires_exactly_once(
         actor="test",
     )
     engine.service.pause("marks", actor="test")  # only the backfill below fires
-    report = engine.service.backfill(
-        "marks", start_ms=now - 2000 * SECOND_MS, end_ms=now, actor="test"
-    )
-    assert report.dispatched == 2000
     consumers = [Consumer(db_path, app_dir, journal, f"c{n}") for n in range(4)]
     try:
-        # Each one up (its stop signals handled) before the others may drain the queue:
-        # stopped while still starting, a process would die of the signal itself.
+        # Each one up (its stop signals handled) before there is anything to drain: stopped
+        # while still starting, a process would die of the signal itself.
         wait_for(
             lambda: all(f"consumer {c.name} on " in c.log for c in consumers),
             timeout=120,
             what="every consumer to start",
             every=0.2,
         )
+        # Fires only once all four are up, so that they share them.
+        report = engine.service.backfill(
+            "marks", start_ms=now - 2000 * SECOND_MS, end_ms=now, actor="test"
+        )
+        assert report.dispatched == 2000
         wait_for(
             lambda: engine.storage.fire_queue.depth() == 0,
             timeout=120,
