@@ -46,11 +46,11 @@ from engine.domain.audit import (
     KeyRing,
     canonical,
 )
-from engine.domain.audit_keys import KeyKind, KeyLineage, KeyPeriod, LineageBroken, verify_signed
+from engine.domain.audit_keys import KeyLineage, KeyPeriod, LineageBroken, verify_signed
 from engine.domain.errors import InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
 from engine.governance.anchors import AnchorExpectations, HeadAnchor, load_expectations
-from engine.governance.audit import verify
+from engine.governance.audit import period_from_json, period_json, verify
 from engine.governance.ledger import LedgerCheck
 from engine.ports.audit import AuditLog
 
@@ -72,28 +72,6 @@ Hook = Callable[[str, str], None]
 
 
 # -- the manifest -----------------------------------------------------------------------------
-
-
-def period_json(period: KeyPeriod) -> dict[str, Any]:
-    return {
-        "epoch": period.epoch,
-        "key_id": period.key_id,
-        "public_key": period.public_key,
-        "kind": period.kind.value,
-        "started_at": period.started_at,
-        "endorsement": period.endorsement,
-    }
-
-
-def period_from_json(value: Mapping[str, Any]) -> KeyPeriod:
-    return KeyPeriod(
-        int(value["epoch"]),
-        str(value["key_id"]),
-        str(value["public_key"]),
-        KeyKind(str(value["kind"])),
-        int(value["started_at"]),
-        str(value["endorsement"]),
-    )
 
 
 @dataclass(frozen=True, slots=True)
