@@ -119,13 +119,20 @@ def assert_every_slot_once(reader: Reader, schedules: int, anchor: int, window_e
 
 def wait_for_window(reader: Reader, schedules: int, anchor: int, window_end: int) -> None:
     expected = schedules * ((window_end - anchor) // SECOND_MS + 1)
-    wait_for(
-        lambda: (
-            reader.one("SELECT count(*) FROM runs WHERE slot_at <= %s", (window_end,)) >= expected
-        ),
-        timeout=20,
-        what=f"{expected} runs of the window to be dispatched",
-    )
+    try:
+        wait_for(
+            lambda: (
+                reader.one("SELECT count(*) FROM runs WHERE slot_at <= %s", (window_end,))
+                >= expected
+            ),
+            timeout=30,
+            what=f"{expected} runs of the window to be dispatched",
+        )
+    except AssertionError:
+        # Say which slots are missing and who leads now: a slot lost for good and a
+        # dispatcher that is only behind look the same from the count alone.
+        assert_every_slot_once(reader, schedules, anchor, window_end)
+        raise
 
 
 def assert_executed_once_per_attempt(reader: Reader, window_end: int) -> None:

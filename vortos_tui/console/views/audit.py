@@ -107,6 +107,17 @@ class AuditView(LiveView):
 
     def show(self, data: AuditOverview, now_ms: int) -> None:
         zone = self.ctx.zone
+        if (
+            self.chain is not None
+            and data.chain != self.chain
+            and self.chain in {c.chain for c in data.chains}
+        ):
+            # The operator moved to another chain while this read ran: showing it would pull
+            # the cursor back to where they were. Read theirs instead.
+            refresh: Any = getattr(self.app, "refresh_now", None)
+            if refresh is not None:
+                refresh()
+            return
         self.query_one("#chains", PagedTable).sync(
             [
                 (
