@@ -29,7 +29,7 @@ from engine.domain.schedule import (
     validate_name,
 )
 from engine.domain.timeutil import parse_duration, zone
-from engine.domain.triggers import CronTrigger, IntervalTrigger, Trigger
+from engine.domain.triggers import CronTrigger, IntervalTrigger, MissingHour, RepeatedHour, Trigger
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,6 +46,10 @@ class StaticSchedule:
     spec: ScheduleSpec
     source: str  # module.function, for operators
     paused: bool = False  # declared paused: it fires once an operator resumes it
+    # The code named the cron's DST rules. When it did not, a schedule already stored keeps
+    # the rules it was stored with (the default for new ones changed to `auto`; a deploy must
+    # not change how an existing schedule fires on the night the clocks change).
+    dst_declared: bool = True
 
 
 @overload
@@ -134,17 +138,28 @@ def scheduled(
     retry_backoff_cap: str | None = None,
     metadata: Mapping[str, str] | None = None,
     paused: bool = False,
+    dst_repeated: str | None = None,
+    dst_missing: str | None = None,
 ) -> Callable[[F], F]:
     """Declare a static schedule of the command below it: `cron` (5 fields, or 6 with seconds
     first) or `every` (a duration such as '5m', slots aligned to the Unix epoch). It is created
     or updated at start (`vortos run --app`), and at runtime can only be paused and resumed:
     an operator's pause or resume is an override that outlives deploys until cleared. With
-    `paused=True` the code declares it paused (it fires once an operator resumes it)."""
+    `paused=True` the code declares it paused (it fires once an operator resumes it).
+    `dst_repeated` (auto, first, last, both) and `dst_missing` (shift, transition, skip) are
+    the cron's DST rules; unnamed, a new schedule gets auto and shift and a stored one keeps
+    its own."""
     if (cron is None) == (every is None):
         raise InvalidInput("@scheduled needs exactly one of cron=... or every=...")
     trigger: Trigger
     if cron is not None:
-        trigger = CronTrigger(cron)
+        trigger = CronTrigger(
+            cron,
+            _choice(RepeatedHour, dst_repeated, "dst_repeated", RepeatedHour.AUTO),
+            _choice(MissingHour, dst_missing, "dst_missing", MissingHour.SHIFT),
+        )
+    elif dst_repeated is not None or dst_missing is not None:
+        raise InvalidInput("@scheduled: dst_repeated and dst_missing apply only to cron=...")
     else:
         every_ms = parse_duration(str(every), what="every")
         trigger = IntervalTrigger(every_ms, 0)
@@ -180,11 +195,25 @@ def scheduled(
             raise InvalidInput(
                 f"{source} declares two static schedules named {spec.name!r}: pass name=..."
             )
-        declared.append(StaticSchedule(spec, source, paused))
+        named_dst = dst_repeated is not None or dst_missing is not None
+        declared.append(StaticSchedule(spec, source, paused, dst_declared=named_dst))
         setattr(target, SCHEDULES_ATTR, declared)
         return target
 
     return declare
+
+
+_Rule = TypeVar("_Rule", RepeatedHour, MissingHour)
+
+
+def _choice(rules: type[_Rule], value: str | None, what: str, default: _Rule) -> _Rule:
+    if value is None:
+        return default
+    try:
+        return rules(value)
+    except ValueError:
+        known = ", ".join(r.value for r in rules)
+        raise InvalidInput(f"@scheduled: {what} {value!r} is unknown: use one of {known}") from None
 
 
 def _policies(misfire: str, overlap: str) -> tuple[MisfireKind, OverlapPolicy]:

@@ -4,10 +4,14 @@ A cron trigger matches its fields against local wall-clock times in the schedule
 each matching wall time into instants under explicit DST rules:
 
 - a wall time the autumn transition repeats is fired at its first occurrence, its last, or both;
+  or, under `auto` (the default for new schedules, and cron(8)'s behaviour), in both passes for
+  a cron whose minute or hour field (or seconds, with six fields) starts with `*`, which follows
+  elapsed time, and in the first pass for a cron naming a fixed time of day;
 - a wall time the spring transition skips is shifted forward by the length of the gap (02:30 in
   Europe/Berlin becomes 03:30 CEST: the instant the clock would have shown 02:30 had it not
-  jumped), or skipped. A shifted slot that lands on an instant another wall time already names
-  (hourly crons: 02:00 shifted is 03:00) is one slot, fired once.
+  jumped), fired at the transition itself (03:00 CEST, as cron(8) runs what the jump skipped),
+  or skipped. A moved slot that lands on an instant another wall time already names (hourly
+  crons: 02:00 shifted is 03:00) is one slot, fired once.
 
 An interval trigger measures elapsed time from its anchor and ignores wall clocks. A one-shot
 trigger has a single slot.
@@ -18,19 +22,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from functools import lru_cache
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from engine.domain.cron import CronSpec, parse_cron
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import SECOND_MS, format_duration, iso_utc, to_ms, zone
-from engine.domain.wallclock import Resolved, SlotNote, first_slot_after
+from engine.domain.wallclock import Resolved, SlotNote, first_slot_after, transition_in
 
 
 class RepeatedHour(StrEnum):
     """What to do with a wall time that occurs twice (autumn transition)."""
 
+    AUTO = "auto"  # both passes for a wildcard-time cron, else the first (cron(8))
     FIRST = "first"
     LAST = "last"
     BOTH = "both"
@@ -39,7 +43,8 @@ class RepeatedHour(StrEnum):
 class MissingHour(StrEnum):
     """What to do with a wall time that does not occur (spring transition)."""
 
-    SHIFT = "shift"
+    SHIFT = "shift"  # by the length of the gap
+    TRANSITION = "transition"  # to the instant the clock jumped (cron(8))
     SKIP = "skip"
 
 
@@ -79,27 +84,22 @@ def next_after(trigger: Trigger, after_ms: int, tz: str) -> int | None:
     return None if slot is None else slot.at_ms
 
 
-@lru_cache(maxsize=4096)
-def _cached_spec(expression: str) -> CronSpec:
-    return parse_cron(expression)
-
-
 @dataclass(frozen=True, slots=True)
 class CronTrigger:
     """A cron expression evaluated in the schedule's zone under explicit DST rules."""
 
     expression: str
-    repeated: RepeatedHour = RepeatedHour.FIRST
+    repeated: RepeatedHour = RepeatedHour.AUTO
     missing: MissingHour = MissingHour.SHIFT
     kind: str = field(default="cron", init=False)
 
     def __post_init__(self) -> None:
-        spec = _cached_spec(self.expression)
+        spec = parse_cron(self.expression)
         object.__setattr__(self, "expression", spec.expression)
 
     @property
     def spec(self) -> CronSpec:
-        return _cached_spec(self.expression)
+        return parse_cron(self.expression)
 
     def slot_after(self, after_ms: int, tz: str) -> Slot | None:
         local = zone(tz)
@@ -108,7 +108,7 @@ class CronTrigger:
             local,
             self.spec.next_wall,
             lambda wall: self._resolve(wall, local),
-            shift_gaps=self.missing is MissingHour.SHIFT,
+            shift_gaps=self.missing is not MissingHour.SKIP,
         )
         if found is None:
             return None
@@ -123,9 +123,10 @@ class CronTrigger:
         first_ms, second_ms = to_ms(first), to_ms(second)
         exists = datetime.fromtimestamp(first_ms / 1000, local).replace(tzinfo=None) == wall
         if exists:  # the wall time occurs twice; fold 0 is the earlier pass
-            if self.repeated is RepeatedHour.FIRST:
+            repeated = self.repeated_rule
+            if repeated is RepeatedHour.FIRST:
                 return [Resolved(first_ms, SlotNote.REPEATED_FIRST)]
-            if self.repeated is RepeatedHour.LAST:
+            if repeated is RepeatedHour.LAST:
                 return [Resolved(second_ms, SlotNote.REPEATED_SECOND)]
             return [
                 Resolved(first_ms, SlotNote.REPEATED_FIRST),
@@ -133,8 +134,29 @@ class CronTrigger:
             ]
         if self.missing is MissingHour.SKIP:
             return []
+        if self.missing is MissingHour.TRANSITION:
+            # fold 1 reads the wall time with the offset after the gap, fold 0 with the one
+            # before: the jump lies between the two readings.
+            jumped = transition_in(second_ms, first_ms, local)
+            return [Resolved(first_ms if jumped is None else jumped, SlotNote.TRANSITION)]
         # fold 0 reads a skipped wall time with the offset in force before the gap.
         return [Resolved(first_ms, SlotNote.SHIFTED)]
+
+    @property
+    def repeated_rule(self) -> RepeatedHour:
+        """The rule in force for repeated wall times: `auto` resolved for this cron."""
+        if self.repeated is not RepeatedHour.AUTO:
+            return self.repeated
+        return RepeatedHour.BOTH if self.spec.wildcard_time else RepeatedHour.FIRST
+
+    def dst_rules(self) -> str:
+        """The DST rules in words, `auto` resolved: what `schedule show` and the console say."""
+        if self.repeated is RepeatedHour.AUTO:
+            why = "wildcard time" if self.spec.wildcard_time else "fixed time"
+            repeated = f"auto ({self.repeated_rule.value}: {why})"
+        else:
+            repeated = self.repeated.value
+        return f"repeated hour {repeated}, skipped hour {self.missing.value}"
 
     def to_spec(self) -> dict[str, Any]:
         return {

@@ -30,10 +30,15 @@ from engine.domain.timeutil import DAY_MS, HOUR_MS
 # A window holds at most one transition: real zones change offset months apart. Two
 # transitions closer than this would be seen as none (a known limit; no current zone does it).
 WINDOW_MS = 6 * DAY_MS
-# The widest shift any zone has used is two hours; the reach looks back a little further.
-REACH_MS = 3 * HOUR_MS
-# 400 years is the Gregorian cycle: a cron that matches no date in it matches none ever.
-MAX_WINDOWS = 200_000
+# How far back a transition can still decide slots after an instant: its gap or repeated range
+# is as wide as its shift, and zones have shifted by a whole day (Pacific/Apia skipped
+# 2011-12-30, Pacific/Kiritimati 1994-12-31, Pacific/Kwajalein 1993-08-20).
+REACH_MS = 25 * HOUR_MS
+# 400 years is the Gregorian cycle (zone rules after their last change are yearly): a cron
+# that has no allowed slot in it has none ever. Measured from the first instant asked about.
+SEARCH_MS = 400 * 366 * DAY_MS
+# datetime stops at year 9999; stop searching well before (no slot can be named there anyway).
+LAST_SEARCHED_MS = 253_000_000_000_000  # 9987-03-01
 
 NextWall = Callable[[datetime], "datetime | None"]
 
@@ -45,6 +50,7 @@ class SlotNote(StrEnum):
     REPEATED_FIRST = "repeated hour, 1st"
     REPEATED_SECOND = "repeated hour, 2nd"
     SHIFTED = "shifted by DST gap"
+    TRANSITION = "DST gap: at the transition"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +62,8 @@ class Resolved:
 
     @property
     def shifted(self) -> bool:
-        return self.note is SlotNote.SHIFTED
+        """A gap wall time moved to a real instant (by the gap, or to the transition)."""
+        return self.note is SlotNote.SHIFTED or self.note is SlotNote.TRANSITION
 
 
 # Resolves one wall time into its allowed instants (empty when the rules drop it).
@@ -169,7 +176,9 @@ def first_slot_after(
     """The earliest allowed instant strictly after `after_ms`, with its wall time.
 
     `next_wall(w)` is the first matching wall time strictly after `w`; `resolve(w)` applies the
-    DST rules to one wall time; `shift_gaps` says whether gap wall times move forward.
+    DST rules to one wall time; `shift_gaps` says whether gap wall times fire at all (moved by
+    the gap, or to the transition: `resolve` says which). None when no slot follows within
+    `SEARCH_MS`: the cron never fires under these rules.
     """
     best: tuple[int, datetime, Resolved] | None = None
 
@@ -187,7 +196,8 @@ def first_slot_after(
     region_start = None if behind is None else _transition(behind, local)
     if region_start is not None and region_start.is_gap and shift_gaps:
         consider(_gap_slot(region_start, after_ms, next_wall, resolve))
-    for _ in range(MAX_WINDOWS):
+    limit = min(after_ms + SEARCH_MS, LAST_SEARCHED_MS)
+    while start < limit:
         offset = offset_ms(start + 1, local)
         ahead = transition_in(start, start + WINDOW_MS, local)
         end = start + WINDOW_MS if ahead is None else ahead

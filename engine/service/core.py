@@ -40,6 +40,7 @@ from engine.domain.schedule import (
 )
 from engine.domain.timeutil import iso_utc, zone
 from engine.domain.triggers import CronTrigger, IntervalTrigger, OneShotTrigger, Trigger
+from engine.domain.wallclock import local_offset_ms, wall_of
 from engine.ports.runs import RunQuery
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
@@ -560,6 +561,12 @@ def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
                 f"the instant {iso_utc(trigger.at_ms)} is in the past: give a future one"
             )
         if isinstance(trigger, CronTrigger):
+            if trigger.spec.next_wall(wall_of(now + local_offset_ms(now, zone(tz)))) is not None:
+                raise InvalidInput(
+                    f"cron {trigger.expression!r} never fires in {tz} under the skipped-hour "
+                    f"rule {trigger.missing.value!r}: every wall time it names falls in a DST "
+                    "gap; choose 'shift' or 'transition' (--dst-missing), or another time"
+                )
             raise InvalidInput(
                 f"cron {trigger.expression!r} never matches a date (e.g. 31 February): "
                 "check the day and month fields"

@@ -18,6 +18,7 @@ from engine.domain.schedule import (
     ScheduleSpec,
     ScheduleStatus,
 )
+from engine.domain.triggers import CronTrigger
 from engine.ports.schedules import ScheduleQuery
 from engine.service.core import (
     ServiceCore,
@@ -69,10 +70,13 @@ class StaticSync(ServiceCore):
         # One transaction: a sync lands whole, with its audit entries, or not at all.
         with self._storage.atomic():
             wanted = {_key(item.spec) for item in declared}
-            for item in declared:
+            for as_declared in declared:
+                existing = self._storage.schedules.find_by_name(
+                    as_declared.spec.tenant, as_declared.spec.name
+                )
+                item = _keeping_stored_dst_rules(as_declared, existing)
                 spec = item.spec
                 label = f"{spec.tenant}/{spec.name}"
-                existing = self._storage.schedules.find_by_name(spec.tenant, spec.name)
                 if existing is None:
                     created = new_schedule(spec, firsts[_key(spec)], now, ScheduleOrigin.STATIC)
                     if item.paused:
@@ -259,3 +263,16 @@ def _redefined(s: Schedule, item: StaticSchedule, now: int) -> Schedule:
             next_fire_at=None if at is None else due_at(s.id, at, spec.timezone, spec.jitter_ms),
         )
     return changed
+
+
+def _keeping_stored_dst_rules(item: StaticSchedule, existing: Schedule | None) -> StaticSchedule:
+    """A cron declared without DST rules keeps the ones its stored schedule has: the default
+    for new schedules changed (to `auto`), and a deploy must not change how an existing
+    schedule fires on the night the clocks change."""
+    declared, stored = item.spec.trigger, None if existing is None else existing.trigger
+    if item.dst_declared or not isinstance(declared, CronTrigger):
+        return item
+    if not isinstance(stored, CronTrigger):
+        return item
+    kept = CronTrigger(declared.expression, stored.repeated, stored.missing)
+    return replace(item, spec=replace(item.spec, trigger=kept))

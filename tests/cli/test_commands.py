@@ -111,7 +111,7 @@ def test_add_cron_takes_the_documented_defaults(db_path: Path) -> None:
     assert schedule["tenant"] == "default"
     assert schedule["timezone"] == "UTC"
     assert schedule["payload"] == {}
-    assert schedule["trigger"]["dst_repeated"] == "first"
+    assert schedule["trigger"]["dst_repeated"] == "auto"
     assert schedule["trigger"]["dst_missing"] == "shift"
     assert schedule["misfire"]["policy"] == "latest"
     assert schedule["overlap"] == "skip"

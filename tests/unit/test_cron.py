@@ -204,16 +204,25 @@ MALFORMED = [
     pytest.param("* * * 13 *", "out of range", id="month-13"),
     pytest.param("* * * * 8", "out of range", id="weekday-8"),
     pytest.param("61 * * * * *", "out of range", id="second-61"),
-    pytest.param("1-60 * * * *", "5 fields", id="range-past-the-end"),
+    pytest.param("1-60 * * * *", "minute 60 is out of range 0-59", id="range-past-the-end"),
     pytest.param("*/0 * * * *", "step", id="step-zero"),
-    pytest.param("0 0 * * 1#6", "5 fields", id="sixth-weekday"),
-    pytest.param("0 0 15W * *", "'W'", id="nearest-weekday-W"),
-    pytest.param("0 0 LW * *", "'W'", id="last-weekday-LW"),
+    pytest.param("0 0 * * 1#6", "1 to 5", id="sixth-weekday"),
+    pytest.param("0 0 W * *", "'W' follows one day", id="bare-W"),
+    pytest.param("0 0 32W * *", "out of range", id="nearest-weekday-past-31"),
+    pytest.param("0 0 L-2 * *", "'L' (last day)", id="last-day-minus"),
+    pytest.param("0 0 * * L", "ambiguous", id="bare-L-weekday"),
     pytest.param("H * * * *", "'H'", id="hashed-H"),
     pytest.param("H/5 * * * *", "'H'", id="hashed-step"),
     pytest.param("every day", "5 fields", id="prose"),
-    pytest.param("a b c d e", "5 fields", id="letters"),
-    pytest.param("0 0 * foo *", "5 fields", id="unknown-month-name"),
+    pytest.param("a b c d e", "not a number", id="letters"),
+    pytest.param("0 0 * foo *", "a name (jan-dec)", id="unknown-month-name"),
+    pytest.param("0 0 1,,2 * *", "empty item", id="empty-item"),
+    pytest.param("0 23-1 * * *", "write 23,0-1", id="backwards-hours"),
+    pytest.param("50-10 * * * *", "write 50-59,0-10", id="backwards-minutes"),
+    pytest.param("0 0 * * fri-mon", "write fri-sat,sun-mon", id="backwards-weekday-names"),
+    pytest.param("0 0 * nov-feb *", "write nov-dec,jan-feb", id="backwards-month-names"),
+    pytest.param("0 0 * * 6-0", "write 6,0", id="backwards-weekdays"),
+    pytest.param("? * * * *", "not a number", id="question-mark-in-minutes"),
     pytest.param("* * * * *\n* * * * *", "5 fields", id="two-lines"),
     pytest.param("@every 5m", "5 fields", id="unknown-alias"),
 ]
@@ -331,6 +340,14 @@ def _croniter_next(iterator: croniter) -> datetime | None:
         return None
 
 
+def _day_fields_step_from_star(expression: str) -> bool:
+    fields = expression.split()
+    day, weekday = fields[-3], fields[-1]
+    return (day.startswith("*") and day != "*" and weekday != "*") or (
+        weekday.startswith("*") and weekday != "*" and day != "*"
+    )
+
+
 def test_next_wall_agrees_with_croniter_naive_iteration_over_a_year() -> None:
     rng = random.Random(7)
     compared = 0
@@ -338,6 +355,8 @@ def test_next_wall_agrees_with_croniter_naive_iteration_over_a_year() -> None:
         spec = parse_cron(expression)
         start = datetime(2026, 1, 1) + timedelta(seconds=rng.randrange(365 * 86_400))
         horizon = start + timedelta(days=366)
+        if _day_fields_step_from_star(expression):
+            continue  # croniter ORs them; cron(8) ANDs a field starting with '*' (tested above)
         theirs = croniter(expression, start, second_at_beginning=len(expression.split()) == 6)
         ours: datetime | None = start
         for _ in range(12):
@@ -349,4 +368,4 @@ def test_next_wall_agrees_with_croniter_naive_iteration_over_a_year() -> None:
                 break
             assert ours == want, (expression, start)
             compared += 1
-    assert compared > 2000
+    assert compared > 1800

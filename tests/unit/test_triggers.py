@@ -202,9 +202,31 @@ def test_cron_slot_after_rejects_an_unknown_zone() -> None:
         CronTrigger("* * * * *").slot_after(ANCHOR, "Mars/Olympus_Mons")
 
 
-def test_cron_trigger_defaults_to_first_pass_and_shift() -> None:
+def test_cron_trigger_defaults_to_auto_and_shift() -> None:
     trigger = CronTrigger("0 * * * *")
-    assert (trigger.repeated, trigger.missing) == (RepeatedHour.FIRST, MissingHour.SHIFT)
+    assert (trigger.repeated, trigger.missing) == (RepeatedHour.AUTO, MissingHour.SHIFT)
+
+
+@pytest.mark.parametrize(
+    ("expression", "rule"),
+    [
+        ("0 * * * *", RepeatedHour.BOTH),  # the hour field is a wildcard: elapsed time
+        ("0 */2 * * *", RepeatedHour.BOTH),
+        ("* 2 * * *", RepeatedHour.BOTH),  # cron(8): a minute wildcard makes a wildcard job too
+        ("*/10 * * * * *", RepeatedHour.BOTH),
+        ("*/10 30 2 * * *", RepeatedHour.BOTH),  # six fields: the seconds field counts
+        ("30 2 * * *", RepeatedHour.FIRST),  # a fixed time of day fires once
+        ("0 30 2 * * *", RepeatedHour.FIRST),
+        ("0 1-3 * * *", RepeatedHour.FIRST),  # a range is not a wildcard
+        ("@hourly", RepeatedHour.BOTH),
+        ("@daily", RepeatedHour.FIRST),
+    ],
+)
+def test_auto_follows_elapsed_time_for_wildcard_crons_and_fires_fixed_ones_once(
+    expression: str, rule: RepeatedHour
+) -> None:
+    assert CronTrigger(expression).repeated_rule is rule
+    assert CronTrigger(expression, RepeatedHour.LAST).repeated_rule is RepeatedHour.LAST
 
 
 def test_cron_trigger_normalises_its_expression() -> None:

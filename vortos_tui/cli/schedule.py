@@ -42,6 +42,14 @@ app = typer.Typer(help="Define and manage schedules.", no_args_is_help=True)
 Tenant = Annotated[str, typer.Option("--tenant", help="Tenant the schedule belongs to.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON only (messages go to stderr).")]
 Name = Annotated[str, typer.Argument(help="The schedule's name.", show_default=False)]
+DST_REPEATED_HELP = (
+    "Cron only. A wall time the clock repeats (autumn): first, last or both passes; auto: both "
+    "when the minute or hour field starts with * (elapsed time, as cron(8)), else the first."
+)
+DST_MISSING_HELP = (
+    "Cron only. A wall time the clock skips (spring): shift it by the gap (02:30 -> 03:30), "
+    "fire at the transition (03:00, as cron(8)) or skip it."
+)
 
 
 def build_trigger(
@@ -70,7 +78,7 @@ def build_trigger(
     if start is not None and every is None:
         raise InvalidInput("--start applies only to --every schedules")
     if cron is not None:
-        return CronTrigger(cron, repeated or RepeatedHour.FIRST, missing or MissingHour.SHIFT)
+        return CronTrigger(cron, repeated or RepeatedHour.AUTO, missing or MissingHour.SHIFT)
     if every is not None:
         if every.strip().startswith("-"):
             raise InvalidInput(f"interval {every!r} is negative: give a positive duration")
@@ -136,13 +144,11 @@ def add(
     ] = "60s",
     dst_repeated: Annotated[
         RepeatedHour | None,
-        typer.Option(
-            "--dst-repeated", help="Repeated hour: fire first, last or both. [default: first]"
-        ),
+        typer.Option("--dst-repeated", help=DST_REPEATED_HELP + " [default: auto]"),
     ] = None,
     dst_missing: Annotated[
         MissingHour | None,
-        typer.Option("--dst-missing", help="Skipped hour: shift or skip. [default: shift]"),
+        typer.Option("--dst-missing", help=DST_MISSING_HELP + " [default: shift]"),
     ] = None,
     overlap: Annotated[
         OverlapPolicy, typer.Option("--overlap", help="While the previous run is open.")
@@ -250,10 +256,10 @@ def edit(
     max_catch_up_age: Annotated[str | None, typer.Option("--max-catch-up-age")] = None,
     misfire_grace: Annotated[str | None, typer.Option("--misfire-grace")] = None,
     dst_repeated: Annotated[
-        RepeatedHour | None, typer.Option("--dst-repeated", help="Cron only.")
+        RepeatedHour | None, typer.Option("--dst-repeated", help=DST_REPEATED_HELP)
     ] = None,
     dst_missing: Annotated[
-        MissingHour | None, typer.Option("--dst-missing", help="Cron only.")
+        MissingHour | None, typer.Option("--dst-missing", help=DST_MISSING_HELP)
     ] = None,
     overlap: Annotated[OverlapPolicy | None, typer.Option("--overlap")] = None,
     jitter: Annotated[str | None, typer.Option("--jitter")] = None,
@@ -406,18 +412,31 @@ def preview(
     ctx: typer.Context,
     name: Name,
     count: Annotated[int, typer.Option("--count", min=1, max=1000, help="How many slots.")] = 10,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="Preview from this instant instead of now (ISO 8601, e.g. 2027-03-28T00:00Z).",
+        ),
+    ] = None,
     tenant: Tenant = DEFAULT_TENANT,
     as_json: Json = False,
 ) -> None:
     """The next fire instants, in the schedule's zone and in UTC, with DST marks."""
+    after = None if start is None else parse_instant(start)
     with open_for_read(ctx) as engine:
-        slots = engine.service.preview(name, tenant=tenant, count=count, actor=operator())
+        slots = engine.service.preview(
+            name, tenant=tenant, count=count, after_ms=after, actor=operator()
+        )
         if as_json:
             emit_json([preview_json(s) for s in slots])
         elif not slots:
             say("no further slots: the trigger is exhausted")
         else:
-            stdout.print(preview_table(slots))
+            schedule = engine.service.get(name, tenant=tenant, actor=operator())
+            trigger = schedule.trigger
+            rules = trigger.dst_rules() if isinstance(trigger, CronTrigger) else None
+            stdout.print(preview_table(slots, rules, stdout.width))
 
 
 @app.command("pause", epilog=EXIT_CODES)

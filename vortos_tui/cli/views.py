@@ -9,7 +9,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from engine import Fire, Run, Schedule, ScheduleStatus
+from engine import CronTrigger, Fire, Run, Schedule, ScheduleStatus
 from engine.domain.control_chars import visible
 from engine.domain.schedule import canonical_json
 from engine.domain.timeutil import format_duration, iso_local, iso_utc
@@ -127,6 +127,7 @@ def schedule_table(s: Schedule, now_ms: int) -> Table:
         ("status", s.status.value),
         *_override_rows(s),
         ("trigger", s.trigger.describe()),
+        *([("dst", s.trigger.dst_rules())] if isinstance(s.trigger, CronTrigger) else []),
         ("zone", s.timezone),
         ("command", s.command),
         ("payload", canonical_json(data["payload"])),
@@ -180,12 +181,26 @@ def preview_json(slot: PreviewSlot) -> dict[str, Any]:
     }
 
 
-def preview_table(slots: list[PreviewSlot]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("LOCAL", "UTC", "DST", "SLOT KEY"):
-        table.add_column(column, no_wrap=True)
-    for slot in slots:
-        table.add_row(slot.local, slot.utc, slot.note.value, slot.slot_key)
+def preview_table(slots: list[PreviewSlot], dst_rules: str | None, width: int) -> Table:
+    """LOCAL, UTC and DST in full (the offsets are what a DST change alters); the slot key,
+    which spells the schedule id and the local time again, only where the terminal has room."""
+    columns = ["LOCAL", "UTC", "DST"]
+    rows = [[slot.local, slot.utc, slot.note.value] for slot in slots]
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(columns)]
+    keys = [slot.slot_key for slot in slots]
+    with_keys = sum(widths) + 2 * len(widths) + max(len(k) for k in keys) <= width
+    caption = f"DST: {dst_rules}" if dst_rules else None
+    if not with_keys:
+        caption = (caption + "\n" if caption else "") + "slot keys: --json or a wider terminal"
+    table = Table(
+        box=None, header_style="bold", pad_edge=False, caption=caption, caption_justify="left"
+    )
+    for column, least in zip(columns, widths, strict=True):
+        table.add_column(column, no_wrap=True, min_width=least)
+    if with_keys:
+        table.add_column("SLOT KEY", no_wrap=True)
+    for row, key in zip(rows, keys, strict=True):
+        table.add_row(*row, *([key] if with_keys else []))
     return table
 
 

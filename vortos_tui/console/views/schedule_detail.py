@@ -15,6 +15,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from engine import (
+    CronTrigger,
     PreviewSlot,
     ReadModel,
     ScheduleDetail,
@@ -109,6 +110,7 @@ class ScheduleDetailView(LiveView):
             [
                 ("tenant", s.tenant),
                 ("trigger", f"{trigger_words(s.trigger)}  [{s.trigger.describe()}]"),
+                *([("dst", s.trigger.dst_rules())] if isinstance(s.trigger, CronTrigger) else []),
                 ("zone", s.timezone),
                 ("command", s.command),
                 ("payload", json.dumps(dict(s.payload), sort_keys=True)),
