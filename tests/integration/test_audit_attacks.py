@@ -18,12 +18,13 @@ from tests.integration.test_audit_tamper import (
     MIDDLE_BATCH,
     assert_broken,
     dispatched,
+    dispatched_once,
     query,
     shell,
     verify,
 )
 
-__all__ = ["dispatched"]  # the fixture, imported for these tests
+__all__ = ["dispatched", "dispatched_once"]  # the fixtures, imported for these tests
 
 
 def test_a_chain_deleted_whole_is_named_by_a_full_verify(dispatched: Path) -> None:

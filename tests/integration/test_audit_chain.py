@@ -28,11 +28,11 @@ needs_shell = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def audited(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def audited_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A database whose tenant:default chain holds 31 entries: its opening, a create and 29
-    triggers."""
-    db = tmp_path / "vortos.db"
+    triggers. Built once per module; each test gets a copy."""
+    db = tmp_path_factory.mktemp("audited") / "vortos.db"
     with open_engine(db, clock=ManualClock(T0)) as engine:
         engine.service.create(
             ScheduleSpec("report", IntervalTrigger(MINUTE_MS, T0), "noop"), actor="alice"
@@ -40,6 +40,13 @@ def audited(tmp_path: Path) -> Path:
         for _ in range(TRIGGERS):
             engine.service.trigger("report", actor="bob")
     return db
+
+
+@pytest.fixture
+def audited(audited_once: Path, tmp_path: Path) -> Path:
+    for part in audited_once.parent.glob(audited_once.name + "*"):
+        shutil.copy2(part, tmp_path / part.name)
+    return tmp_path / audited_once.name
 
 
 def shell(db: Path, sql: str) -> None:

@@ -67,13 +67,26 @@ def dispatch(
             daemon.step()
 
 
-@pytest.fixture
-def dispatched(tmp_path: Path) -> Path:
-    db = tmp_path / "vortos.db"
+def copy_database(source: Path, directory: Path) -> Path:
+    """The database file, its WAL and its key file, copied into `directory` (modes kept)."""
+    for part in source.parent.glob(source.name + "*"):
+        shutil.copy2(part, directory / part.name)
+    return directory / source.name
+
+
+@pytest.fixture(scope="module")
+def dispatched_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Built once per module: each test tampers with a copy of its own."""
+    db = tmp_path_factory.mktemp("dispatched") / "vortos.db"
     dispatch(db, T0)
     assert query(db, "SELECT count(*) FROM runs") == [(9,)]
     assert query(db, f"SELECT max(seq) FROM audit_entries WHERE chain = '{CHAIN}'") == [(HEAD,)]
     return db
+
+
+@pytest.fixture
+def dispatched(dispatched_once: Path, tmp_path: Path) -> Path:
+    return copy_database(dispatched_once, tmp_path)
 
 
 def shell(db: Path, sql: str) -> None:
@@ -481,19 +494,27 @@ def forge_from(
     shell(db, " ".join(statements))
 
 
-@pytest.fixture
-def sealed(dispatched: Path, tmp_path: Path) -> tuple[Path, Path]:
+@pytest.fixture(scope="module")
+def sealed_once(dispatched_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`dispatched` after `vortos audit seal` (entry 8 seals epoch 0) and a change of epoch
-    1 (entry 9), verified; and the key file as a thief takes it now."""
-    done = run_cli("audit", "seal", db=dispatched)
+    1 (entry 9), verified. Built once per module."""
+    db = copy_database(dispatched_once, tmp_path_factory.mktemp("sealed"))
+    done = run_cli("audit", "seal", db=db)
     assert done.code == 0, done.stderr
-    paused = run_cli("schedule", "pause", "alpha", db=dispatched)
+    paused = run_cli("schedule", "pause", "alpha", db=db)
     assert paused.code == 0, paused.stderr
-    assert verify(dispatched, "--full").code == 0
+    assert verify(db, "--full").code == 0
+    return db
+
+
+@pytest.fixture
+def sealed(sealed_once: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of `sealed_once`, and the key file as a thief takes it now."""
+    db = copy_database(sealed_once, tmp_path)
     stolen = tmp_path / "stolen.key"
-    shutil.copyfile(default_key_file(dispatched), stolen)
+    shutil.copyfile(default_key_file(db), stolen)
     assert "epoch 1 " in stolen.read_text()  # the evolved key: epoch 0's is gone from it
-    return dispatched, stolen
+    return db, stolen
 
 
 def test_a_stolen_key_cannot_forge_an_entry_of_a_sealed_epoch(sealed: tuple[Path, Path]) -> None:
