@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from engine.domain.timeutil import DAY_MS, HOUR_MS
@@ -136,23 +137,50 @@ def wall_of(ms: int) -> datetime:
 def transition_in(lo: int, hi: int, local: ZoneInfo) -> int | None:
     """The first instant in (lo, hi] whose offset differs from the one just after `lo`.
 
-    Assumes at most one transition in the span (see WINDOW_MS).
+    Assumes at most one transition in the span (see WINDOW_MS). Answered from the zone's
+    transitions, found once per block of time and kept: a search near a transition day asks
+    for the same one again and again, and bisecting for it every time made next-fire several
+    times dearer on those days.
     """
     if _without_transition(lo, hi, local):
         return None
-    base = offset_ms(lo + 1, local)
-    if offset_ms(hi, local) == base:
-        # Look one window further while at it, so the calls that follow skip the search.
-        further = hi + WINDOW_MS
-        _remember_stable(lo, further if offset_ms(further, local) == base else hi, base, local)
-        return None
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if offset_ms(mid, local) == base:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    for block in range(lo // BLOCK_MS, hi // BLOCK_MS + 1):
+        for at in _transitions_in_block(local, block):
+            if lo + 1 < at <= hi:
+                return at
+    _remember_stable(lo, hi, offset_ms(lo + 1, local), local)
+    return None
+
+
+# Transitions are found a block at a time, stepping through it half a window at a time (two
+# transitions closer than that would be missed; see WINDOW_MS) and bisecting where the offset
+# changed.
+BLOCK_MS = 64 * DAY_MS
+_STEP_MS = WINDOW_MS // 2
+
+
+@lru_cache(maxsize=16_384)
+def _transitions_in_block(local: ZoneInfo, block: int) -> tuple[int, ...]:
+    """Every transition t with block start < t <= block end (a transition at a block's start
+    belongs to the block before)."""
+    found: list[int] = []
+    a = block * BLOCK_MS
+    end = a + BLOCK_MS
+    before = offset_ms(a, local)
+    while a < end:
+        b = min(a + _STEP_MS, end)
+        after = offset_ms(b, local)
+        if after != before:
+            x, y = a, b
+            while y - x > 1:
+                mid = (x + y) // 2
+                if offset_ms(mid, local) == before:
+                    x = mid
+                else:
+                    y = mid
+            found.append(y)
+        a, before = b, after
+    return tuple(found)
 
 
 @dataclass(frozen=True, slots=True)
