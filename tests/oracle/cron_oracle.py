@@ -486,12 +486,16 @@ def _gap_slots(
     """The least slot after `after` that the gap of a spring transition gives."""
     if missing == SKIP or not gap.is_gap:
         return None
-    for wall in matching_walls(cron, gap.at + gap.before, gap.at + gap.after):
+    if missing == TRANSITION and gap.at <= after:
+        return None  # every gap wall time gives the transition instant
+    # A shifted wall time gives wall - before: after `after` exactly from wall after + before on.
+    low = gap.at + gap.before if missing == TRANSITION else max(gap.at, after + 1) + gap.before
+    for wall in matching_walls(cron, low, gap.at + gap.after):
         if passes(zone, wall):
             continue  # another stretch has this wall time (not seen since 1970)
         (instant,) = slot_instants(cron, zone, wall, FIRST, missing)
-        if instant > after:
-            return instant  # shifted instants grow with the wall time; transition is one
+        assert instant > after
+        return instant  # shifted instants grow with the wall time; transition is one
     return None
 
 

@@ -94,7 +94,8 @@ UNUSUAL_ZONES: tuple[str, ...] = (
 )
 
 # Named by the brief whatever the derivation says (Dublin's negative DST, Casablanca's Ramadan
-# breaks, the rule changes of Moscow), and the ordinary zones of both hemispheres.
+# breaks, the rule changes of Moscow), Boa Vista's one-week summer of 2000 (the closest pair of
+# transitions of any zone, 1970-2040), and the ordinary zones of both hemispheres.
 REQUIRED_ZONES: tuple[str, ...] = (
     "Pacific/Apia",
     "Pacific/Kiritimati",
@@ -107,6 +108,7 @@ REQUIRED_ZONES: tuple[str, ...] = (
     "Europe/Dublin",
     "Africa/Casablanca",
     "Europe/Moscow",
+    "America/Boa_Vista",  # the closest two transitions since 1970: 2000-10-08 and -15
     "Europe/Berlin",
     "Europe/London",
     "America/New_York",

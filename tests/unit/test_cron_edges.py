@@ -131,3 +131,25 @@ def test_apia_fires_its_missing_day_once_under_transition_and_not_under_skip() -
     assert fires(transition, "Pacific/Apia", *window) == ["2011-12-31T00:00:00+14:00"]
     skip = CronTrigger("0 * 30 12 *", RepeatedHour.AUTO, MissingHour.SKIP)
     assert fires(skip, "Pacific/Apia", *window) == []
+
+
+@pytest.mark.parametrize(
+    ("zone", "after"),
+    [
+        ("Europe/Berlin", "2026-03-29T03:00:05+02:00"),
+        ("Antarctica/Casey", "2009-10-18T05:00:05+11:00"),
+        ("Pacific/Apia", "2011-12-31T00:00:05+14:00"),
+    ],
+)
+def test_a_gap_already_behind_costs_nothing_under_transition(zone: str, after: str) -> None:
+    # Every wall time of a gap fires at its transition: once that instant is past, the gap
+    # has nothing more to give, whatever its width (under shift the same call costs ~0 ms).
+    trigger = CronTrigger("* * * * * *", RepeatedHour.AUTO, MissingHour.TRANSITION)
+    cursor = ms(after)
+    started = time.process_time()
+    for _ in range(10):
+        slot = trigger.slot_after(cursor, zone)
+        assert slot is not None
+        assert slot.at_ms == cursor - cursor % 1000 + 1000
+        cursor = slot.at_ms
+    assert time.process_time() - started < 0.1, "10 next-second slots took over 0.1 s of CPU"
