@@ -26,6 +26,7 @@ BENCHMARKS = [
     "audit",
     "observability",
     "postgres",
+    "cron",
 ]
 
 
