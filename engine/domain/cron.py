@@ -63,7 +63,7 @@ class _Field:
         lowered = token.lower()
         if lowered in self.names:
             return self.low + self.names.index(lowered)
-        if not token.isdigit():
+        if not _is_number(token):
             named = f" or a name ({self.names[0]}-{self.names[-1]})" if self.names else ""
             raise _Bad(f"{self.name} {token!r} is not a number{named}")
         number = int(token)
@@ -212,19 +212,27 @@ def _nearest_weekday(year: int, month: int, n: int, length: int) -> int:
     return n
 
 
-def _backwards_hint(field: _Field, low: str, high: str) -> str:
-    """`23-1` in the hour field: write `23,0-1`. Names stay names."""
-    named = not low.isdigit()
+def _is_number(text: str) -> bool:
+    """ASCII digits only: `str.isdigit` also takes '³' and '٣', which `int` then refuses."""
+    return text.isascii() and text.isdigit()
+
+
+def _backwards_hint(field: _Field, low: str, high: str, step: str) -> str:
+    """`23-1` in the hour field: write `23,0-1`. Names stay names; a step stays on both."""
+    if field is WEEKDAY and low == "7":  # Sunday, which is also 0: `7-1` is `0-1`
+        return "0" if high == "0" else f"0-{high}{step}"
+    named = not _is_number(low)
     top = field.high if field is not WEEKDAY else 6
     end = field.names[top - field.low] if named else str(top)
     start = field.names[0] if named else str(field.low)
-    first = low if low.lower() == end else f"{low}-{end}"
-    second = high if high.lower() == start else f"{start}-{high}"
+    first = low if low.lower() == end else f"{low}-{end}{step}"
+    second = high if high.lower() == start else f"{start}-{high}{step}"
     return f"{first},{second}"
 
 
-def _range(field: _Field, text: str) -> tuple[int, int]:
-    """The bounds of `*`, `N` or `N-M` (one value N gives (N, N))."""
+def _range(field: _Field, text: str, step: str = "") -> tuple[int, int]:
+    """The bounds of `*`, `N` or `N-M` (one value N gives (N, N)); `step` ('/S' or '') only
+    for the hint of a backwards range."""
     if text == "*":
         return field.low, field.high
     low_text, dash, high_text = text.partition("-")
@@ -237,7 +245,7 @@ def _range(field: _Field, text: str) -> tuple[int, int]:
     if low > high:
         raise _Bad(
             f"the range {text} runs backwards; cron ranges do not wrap: write "
-            f"{_backwards_hint(field, low_text, high_text)}"
+            f"{_backwards_hint(field, low_text, high_text, step)}"
         )
     return low, high
 
@@ -250,9 +258,9 @@ def _plain(field: _Field, item: str) -> set[int]:
     if not slash:
         low, high = _range(field, base)
         return set(range(low, high + 1))
-    if not step_text.isdigit() or int(step_text) == 0:
+    if not _is_number(step_text) or int(step_text) == 0:
         raise _Bad(f"the step in {item!r} must be a whole number of at least 1")
-    low, high = _range(field, base)
+    low, high = _range(field, base, f"/{step_text}")
     if base != "*" and "-" not in base:
         high = field.high  # N/S: from N to the end of the field, as croniter and cronsim read it
     return set(range(low, high + 1, int(step_text)))
@@ -269,7 +277,7 @@ def _days(text: str) -> tuple[set[int], bool, bool, set[int]]:
             last = True
         elif upper == "LW":
             last_weekday = True
-        elif upper.endswith("W") and upper[:-1].isdigit():
+        elif upper.endswith("W") and _is_number(upper[:-1]):
             nearest.add(DAY.value(upper[:-1]))
         elif upper.startswith("L"):
             raise _Bad(f"{item!r}: the day of month takes 'L' (last day) or 'LW' (last weekday)")
@@ -288,7 +296,7 @@ def _weekdays(text: str) -> tuple[set[int], set[tuple[int, int]]]:
         upper = item.upper()
         if "#" in item:
             day_text, _, n_text = item.partition("#")
-            if not n_text.isdigit() or not 1 <= int(n_text) <= 5:
+            if not _is_number(n_text) or not 1 <= int(n_text) <= 5:
                 raise _Bad(f"{item!r}: the n of D#n is 1 to 5 (a month has at most five)")
             nth.add((WEEKDAY.value(day_text) % 7, int(n_text)))
         elif upper == "L":

@@ -299,5 +299,9 @@ def _gap_slot(
         for resolved in resolve(wall):
             if resolved.shifted and resolved.at_ms > after_ms:
                 return resolved.at_ms, wall, resolved
+            if resolved.note is SlotNote.TRANSITION:
+                # Every wall time of the gap fires at the one transition instant, already
+                # past: walking the rest of the gap (a day of seconds at Apia) finds nothing.
+                return None
         wall = next_wall(wall)
     return None

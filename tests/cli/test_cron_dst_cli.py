@@ -104,3 +104,23 @@ def test_help_names_auto_and_transition() -> None:
     assert "auto" in helped.stdout
     assert "transition" in helped.stdout
     assert "cron(8)" in helped.stdout
+
+
+def test_an_edit_of_the_cron_keeps_the_dst_rules_it_is_not_given(tmp_path: Path) -> None:
+    """Found by the issue's attacker: `edit --cron` reset the rules to auto/shift."""
+    db = tmp_path / "v.db"
+    add(db, "w", "0 3 * * *", "--dst-missing", "skip", "--dst-repeated", "last")
+    assert run_cli("schedule", "edit", "w", "--cron", "0 4 * * *", db=db).code == 0
+    trigger = json.loads(run_cli("schedule", "show", "w", "--json", db=db).stdout)["trigger"]
+    assert (trigger["dst_repeated"], trigger["dst_missing"]) == ("last", "skip")
+    assert (
+        run_cli(
+            "schedule", "edit", "w", "--cron", "0 5 * * *", "--dst-repeated", "first", db=db
+        ).code
+        == 0
+    )
+    trigger = json.loads(run_cli("schedule", "show", "w", "--json", db=db).stdout)["trigger"]
+    assert (trigger["dst_repeated"], trigger["dst_missing"]) == ("first", "skip")
+    # Kept, so a cron that can only fire in the gap is refused under the kept 'skip'.
+    refused = run_cli("schedule", "edit", "w", "--cron", "30 2 * 3 L0", db=db)
+    assert refused.code == 2, refused

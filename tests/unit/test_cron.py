@@ -223,6 +223,17 @@ MALFORMED = [
     pytest.param("0 0 * nov-feb *", "write nov-dec,jan-feb", id="backwards-month-names"),
     pytest.param("0 0 * * 6-0", "write 6,0", id="backwards-weekdays"),
     pytest.param("? * * * *", "not a number", id="question-mark-in-minutes"),
+    # Found by the attacker: '³'.isdigit() is true and int('³') raises.
+    pytest.param("³ 0 * * *", "minute '³' is not a number", id="superscript-digit"),
+    pytest.param("0 0 1/٣ * *", "the step in '1/٣'", id="arabic-indic-digit-step"),
+    pytest.param("0 0 ³W * *", "'W' follows one day", id="superscript-nearest-weekday"),
+    pytest.param("0 0 * * 1#³", "1 to 5", id="superscript-nth"),
+    # 7 is Sunday, 0 too: the split of 7-1 is 0-1, not another backwards 7-6.
+    pytest.param("0 0 * * 7-1", "write 0-1", id="backwards-from-sunday-seven"),
+    pytest.param("0 0 * * 7-0", "write 0", id="sunday-to-sunday"),
+    # The step stays on both halves of the split.
+    pytest.param("50-10/5 * * * *", "write 50-59/5,0-10/5", id="backwards-with-step"),
+    pytest.param("0 0 * * fri-tue/2", "write fri-sat/2,sun-tue/2", id="backwards-names-step"),
     pytest.param("* * * * *\n* * * * *", "5 fields", id="two-lines"),
     pytest.param("@every 5m", "5 fields", id="unknown-alias"),
 ]

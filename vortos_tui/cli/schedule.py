@@ -290,14 +290,17 @@ def edit(
         current = engine.service.get(name, tenant=tenant, actor=operator())
         trigger: Trigger = current.trigger
         if any(v is not None for v in (cron, every, at)):
+            # A new cron keeps the DST rules it had unless they are given: an edit changes
+            # only what it is given.
+            was = current.trigger if isinstance(current.trigger, CronTrigger) else None
             trigger = build_trigger(
                 cron=cron,
                 every=every,
                 at=at,
                 start=start,
                 tz=tz or current.timezone,
-                repeated=dst_repeated,
-                missing=dst_missing,
+                repeated=dst_repeated or (was.repeated if was and cron is not None else None),
+                missing=dst_missing or (was.missing if was and cron is not None else None),
                 now_ms=engine.clock.now_ms(),
             )
             same_period = (
