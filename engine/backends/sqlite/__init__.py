@@ -116,8 +116,11 @@ class SqliteBackend:
         finally:
             stop.set()
             worker.join()
-            with storage_errors(self.path):
-                conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
+            # This thread's connection now: the pool renews one that met an unreadable file
+            # (the renewed one already checkpoints as usual).
+            if self.pool.get() is conn:
+                with storage_errors(self.path):
+                    conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
 
     def _checkpoint_until(self, stop: threading.Event) -> None:
         try:

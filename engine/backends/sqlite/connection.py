@@ -644,8 +644,21 @@ class ConnectionPool:
         return conn
 
     def read(self, sql: str, args: Args = ()) -> list[Row]:
-        with storage_errors(self.path):
+        with self._renewed_when_unreadable(), storage_errors(self.path):
             return list(self.get().execute(sql, args))
+
+    @contextmanager
+    def _renewed_when_unreadable(self) -> Iterator[None]:
+        """A connection that met an unreadable file is closed: SQLite keeps it failing with
+        'not a database' even once the file reads right again (seen after a moment of a bad
+        header with the WAL checkpointed away), where a fresh one reads the file anew."""
+        try:
+            yield
+        except DatabaseUnreadable:
+            conn: apsw.Connection | None = getattr(self._local, "conn", None)
+            if conn is not None and conn.get_autocommit():
+                self.release_current()
+            raise
 
     def write(self, sql: str, args: Args = ()) -> int:
         with self.transaction() as conn:
@@ -673,7 +686,7 @@ class ConnectionPool:
                 "the busy timeout; try again"
             )
         try:
-            with storage_errors(self.path), write_tx(conn):
+            with self._renewed_when_unreadable(), storage_errors(self.path), write_tx(conn):
                 yield conn
         finally:
             lock.release()
