@@ -49,6 +49,8 @@ HINT = (
 MONTH_NAMES = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 WEEKDAY_NAMES = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 LAST = -1  # the n of a "last weekday D of the month"
+# Far more than any field can usefully list (60 minutes, each written out, is under 200).
+MAX_LENGTH = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +237,8 @@ def _range(field: _Field, text: str, step: str = "") -> tuple[int, int]:
     for the hint of a backwards range."""
     if text == "*":
         return field.low, field.high
+    if text.startswith("-"):
+        raise _Bad(f"{field.name} {text!r}: values are never negative")
     low_text, dash, high_text = text.partition("-")
     low = field.value(low_text)
     if not dash:
@@ -320,6 +324,11 @@ def _refuse_hashed(field: str) -> None:
 @lru_cache(maxsize=4096)
 def parse_cron(expression: str) -> CronSpec:
     """Parse a 5-field cron, or a 6-field one with seconds first. Raises InvalidInput."""
+    if len(expression) > MAX_LENGTH:
+        raise InvalidInput(
+            f"malformed cron: {len(expression):,} characters is too long (at most "
+            f"{MAX_LENGTH}); {HINT}"
+        )
     text = " ".join(expression.split())
     if text.startswith("@"):
         if text.lower() not in ALIASES:

@@ -234,6 +234,7 @@ MALFORMED = [
     # The step stays on both halves of the split.
     pytest.param("50-10/5 * * * *", "write 50-59/5,0-10/5", id="backwards-with-step"),
     pytest.param("0 0 * * fri-tue/2", "write fri-sat/2,sun-tue/2", id="backwards-names-step"),
+    pytest.param("-1 * * * *", "never negative", id="negative"),
     pytest.param("* * * * *\n* * * * *", "5 fields", id="two-lines"),
     pytest.param("@every 5m", "5 fields", id="unknown-alias"),
 ]
@@ -247,6 +248,15 @@ def test_malformed_cron_is_rejected_with_a_helpful_message(expression: str, hint
     assert message.startswith(f"malformed cron {expression!r}")
     assert hint in message
     assert "\n" not in message
+
+
+def test_a_cron_of_kilobytes_is_refused_without_being_echoed_back() -> None:
+    expression = ",".join(["1"] * 30_000) + " * * * *"
+    with pytest.raises(
+        InvalidInput, match=r"60,007 characters is too long \(at most 1000\)"
+    ) as raised:
+        parse_cron(expression)
+    assert len(str(raised.value)) < 300
 
 
 def test_malformed_cron_maps_to_the_invalid_input_exit_code() -> None:

@@ -419,7 +419,10 @@ def preview(
         str | None,
         typer.Option(
             "--from",
-            help="Preview from this instant instead of now (ISO 8601, e.g. 2027-03-28T00:00Z).",
+            help=(
+                "Preview from this instant (inclusive) instead of now: ISO 8601 with an offset "
+                "or Z, e.g. 2027-03-28T00:00Z; without one it is read as UTC."
+            ),
         ),
     ] = None,
     tenant: Tenant = DEFAULT_TENANT,
