@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.backends.audit import SqlAuditLog
+from engine.backends.sql.audit import SqlAuditLog
 from engine.domain.audit import AuditEntry, KeyRing, entry_message
 from engine.domain.audit_keys import KeyLineage, verify_signed
 from engine.domain.database import Database, is_postgres_url

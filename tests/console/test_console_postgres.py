@@ -15,7 +15,7 @@ import pytest
 from textual.pilot import Pilot
 
 from engine import ManualClock, open_read_model
-from engine.backends.diagnostics import TABLES as ENGINE_TABLES
+from engine.backends.sql.diagnostics import TABLES as ENGINE_TABLES
 from engine.domain.database import Database
 from tests.console.screen_text import screen_lines
 from tests.console.seed import NOW, OPERATOR, ZONE

@@ -10,7 +10,7 @@ from pathlib import Path
 import apsw
 
 from engine import ManualClock, open_engine
-from engine.backends.audit import SqlAuditLog
+from engine.backends.sql.audit import SqlAuditLog
 from engine.domain.timeutil import DAY_MS, HOUR_MS
 from engine.governance.anchor_checks import AnchorAge
 from engine.governance.archive import archive, verify_with_archive

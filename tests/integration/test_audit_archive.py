@@ -19,7 +19,7 @@ import pytest
 
 from engine import IntervalTrigger, ManualClock, ScheduleSpec, open_engine
 from engine.api import Engine
-from engine.backends.audit import SqlAuditLog
+from engine.backends.sql.audit import SqlAuditLog
 from engine.domain.audit import tenant_chain
 from engine.domain.timeutil import DAY_MS, MINUTE_MS
 from engine.governance.archive import (
@@ -289,7 +289,7 @@ def test_an_older_genuine_anchor_put_back_does_not_match_the_archive(
     first = read_manifest(manifest_file(folder, 0))
     db = tmp_path / "vortos.db"
     conn = apsw.Connection(str(db))
-    from engine.backends.audit import anchor_message  # noqa: PLC0415
+    from engine.backends.sql.audit import anchor_message  # noqa: PLC0415
 
     ring = log_of(engine).keys()
     signature = ring.seal(anchor_message(CHAIN, first.last_seq, first.last_hash, first.name))

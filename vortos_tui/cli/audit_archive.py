@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from engine.api import Engine
-from engine.backends.audit import SqlAuditLog
+from engine.backends.sql.audit import SqlAuditLog
 from engine.domain.access import Operation
 from engine.domain.database import Database, is_postgres_url
 from engine.domain.errors import InvalidInput

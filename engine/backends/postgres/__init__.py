@@ -15,10 +15,6 @@ from typing import Any
 
 import psycopg
 
-from engine.backends.audit import KeySource
-from engine.backends.diagnostics import store_counts
-from engine.backends.plugin_state import SqlPluginStateStore
-from engine.backends.postgres.approvals import PostgresApprovalStore
 from engine.backends.postgres.audit import PostgresAuditLog
 from engine.backends.postgres.changes import PostgresChangeFeed
 from engine.backends.postgres.clock import DatabaseClock
@@ -37,10 +33,14 @@ from engine.backends.postgres.diagnostics import PostgresDiagnostics
 from engine.backends.postgres.dispatch import PostgresDispatcher
 from engine.backends.postgres.fire_queue import PostgresFireQueue
 from engine.backends.postgres.lease import PostgresLease
-from engine.backends.postgres.operators import PostgresOperatorStore
 from engine.backends.postgres.retention import PostgresRetentionStore
 from engine.backends.postgres.runs import PostgresRunLedger
 from engine.backends.postgres.schedules import PostgresScheduleStore
+from engine.backends.sql.approvals import SqlApprovalStore
+from engine.backends.sql.audit import KeySource
+from engine.backends.sql.diagnostics import store_counts
+from engine.backends.sql.operators import SqlOperatorStore
+from engine.backends.sql.plugin_state import SqlPluginStateStore
 from engine.domain.clock import Clock
 from engine.domain.database import is_postgres_url
 
@@ -90,9 +90,9 @@ class PostgresBackend:
         self.changes = PostgresChangeFeed(self.pool)
         self.audit = PostgresAuditLog(self.pool, clock, audit_keys)
         self.dispatcher = PostgresDispatcher(self.pool, self.audit)
-        self.operators = PostgresOperatorStore(self.pool)
+        self.operators = SqlOperatorStore(self.pool)
         self.plugin_state = SqlPluginStateStore(self.pool)
-        self.approvals = PostgresApprovalStore(self.pool)
+        self.approvals = SqlApprovalStore(self.pool)
         self.retention = PostgresRetentionStore(self.pool)
 
     @contextmanager

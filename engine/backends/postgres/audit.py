@@ -12,20 +12,20 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
-from engine.backends.audit import (
-    CHECKPOINT_COLUMNS,
-    COLUMNS,
-    KeySource,
-    SqlAuditLog,
-    entry_values,
-    seal_events,
-)
 from engine.backends.postgres.connection import (
     PgPool,
     advisory_key,
     rows,
     storage_errors,
     write_tx,
+)
+from engine.backends.sql.audit import (
+    CHECKPOINT_COLUMNS,
+    COLUMNS,
+    KeySource,
+    SqlAuditLog,
+    entry_values,
+    seal_events,
 )
 from engine.domain.audit import GENESIS, AuditEntry, AuditEvent, ChainPoint, KeyRing
 

@@ -21,7 +21,8 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine.backends.sql import Args, Dialect
+from engine.backends.postgres.dialect import DIALECT
+from engine.backends.sql import Args
 from engine.domain.errors import StorageError, VortosError
 from engine.domain.redact import redact_url, remember, scrub, scrub_echoes
 
@@ -154,30 +155,6 @@ def validate_url(url: str) -> None:
             f"invalid PostgreSQL URL {redact(url)}: it names no database; the form is "
             "postgresql://user[:password]@host[:port]/database"
         )
-
-
-def tenants_clause(column: str, tenants: frozenset[str] | None) -> tuple[str | None, list[Any]]:
-    """The SQL condition keeping only rows of `tenants` (None: every tenant, no condition)."""
-    if tenants is None:
-        return None, []
-    if not tenants:
-        return "false", []  # a scope with no tenant sees nothing
-    return f"{column} = ANY(%s)", [sorted(tenants)]
-
-
-def _starts_with(column: str, prefix: str) -> tuple[str, list[Any]]:
-    return f"starts_with({column}, %s)", [prefix]
-
-
-DIALECT = Dialect(
-    mark="%s",
-    named="%({})s",
-    in_list="{column} = ANY({mark}::{type}[])",
-    bind_list=list,
-    tenants=tenants_clause,
-    starts_with=_starts_with,
-    byte_order=' COLLATE "C"',  # whatever the database's collation
-)
 
 
 class PgPool:

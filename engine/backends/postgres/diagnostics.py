@@ -1,6 +1,6 @@
 """Diagnostics on PostgreSQL: the schema's version and place, a read of each table, and how far
 this host's clock is from the server's (the queue's age and the zones are
-engine.backends.diagnostics')."""
+engine.backends.sql.diagnostics')."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 import psycopg
 
-from engine.backends.diagnostics import SqlDiagnostics, unreadable_tables
 from engine.backends.postgres.connection import (
     SCHEMA_VERSION,
     PgPool,
@@ -18,6 +17,7 @@ from engine.backends.postgres.connection import (
     schema_version,
     storage_errors,
 )
+from engine.backends.sql.diagnostics import SqlDiagnostics, unreadable_tables
 from engine.ports.diagnostics import StorageFacts
 
 # Round trips to sample the server's clock; the one with the least delay is kept (its

@@ -19,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.backends.dispatch import (
+from engine.backends.fairness import fair_share
+from engine.backends.postgres.audit import PostgresAuditLog, append_in
+from engine.backends.postgres.connection import PgPool, Row, first, rows
+from engine.backends.sql.dispatch import (
     ACTIVE,
     DUE_COLUMNS,
     TENANTS,
@@ -31,9 +34,6 @@ from engine.backends.dispatch import (
     fired,
     plan_due,
 )
-from engine.backends.fairness import fair_share
-from engine.backends.postgres.audit import PostgresAuditLog, append_in
-from engine.backends.postgres.connection import PgPool, Row, first, rows
 from engine.ports.dispatch import DispatchReport, Resolver
 
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 """The fire queue in PostgreSQL: claim, heartbeat, settle, requeue (the rest is
-engine.backends.fire_queue's).
+engine.backends.sql.fire_queue's).
 
 SQLite runs every call alone; here consumers on many hosts claim at once (READ COMMITTED), and
 each guarantee holds by the locks it needs. A claim:
@@ -30,8 +30,15 @@ from typing import Any, TypeAlias
 
 import psycopg
 
-from engine.backends.fire_queue import SettlePlan, SqlFireQueue, held_and_looked
-from engine.backends.fire_rows import (
+from engine.backends.postgres.connection import (
+    PgPool,
+    Row,
+    advisory_key,
+    rows,
+)
+from engine.backends.postgres.runs import insert_run
+from engine.backends.sql.fire_queue import SettlePlan, SqlFireQueue, held_and_looked
+from engine.backends.sql.fire_rows import (
     CANDIDATES,
     CLEAR_CLAIM,
     FIRE_COLUMNS,
@@ -42,13 +49,6 @@ from engine.backends.fire_rows import (
     settle_run_sql,
     stale_ack_sql,
 )
-from engine.backends.postgres.connection import (
-    PgPool,
-    Row,
-    advisory_key,
-    rows,
-)
-from engine.backends.postgres.runs import insert_run
 from engine.domain.overlap import Candidate, ClaimPlan, plan_claim
 from engine.domain.run import NewRun, RunState
 from engine.domain.schedule import OverlapPolicy

@@ -1,5 +1,5 @@
 """The lease as a row, taken and renewed by single conditional statements (reading and
-mirroring it are engine.backends.leases').
+mirroring it are engine.backends.sql.leases').
 
 No table lock and no transaction spanning a read and a write: acquire is one upsert whose
 update applies only when the row has expired or is the caller's own, so two contenders racing
@@ -12,8 +12,8 @@ row that dispatch fences on.
 
 from __future__ import annotations
 
-from engine.backends.leases import COLUMNS, SqlLease, not_released, not_renewed
 from engine.backends.postgres.connection import PgPool, first, storage_errors
+from engine.backends.sql.leases import COLUMNS, SqlLease, not_released, not_renewed
 from engine.ports.lease import Lease
 
 # The update applies only to an expired row or the caller's own; otherwise nothing is

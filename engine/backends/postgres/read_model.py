@@ -30,13 +30,13 @@ from engine.backends.postgres.connection import (
     Row,
     redact,
     require_driver,
-    tenants_clause,
     translate,
     validate_url,
 )
-from engine.backends.sql_read_model import Dialect, SqlReadModel
+from engine.backends.postgres.dialect import DIALECT
+from engine.backends.sql.read_model import SqlReadModel
 from engine.domain.errors import VortosError
-from engine.ports.read_model import RECENT_OUTCOMES, Viewer
+from engine.ports.read_model import Viewer
 
 try:  # the `postgres` extra (PostgresReadModel says so when it is missing)
     import psycopg
@@ -54,35 +54,6 @@ LOCK_TIMEOUT_MS = 2_000
 STATEMENT_TIMEOUT_MS = 15_000
 
 _BEGIN = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-
-# The newest runs of each schedule row, newest first (see Dialect.recent). string_agg is given
-# the order itself: SQL does not promise an aggregate sees a subquery's rows in its ORDER BY.
-_RECENT = (
-    "(SELECT string_agg(x, ' ' ORDER BY slot_at DESC, id DESC) FROM ("
-    "SELECT r.state || ':' || coalesce((r.finished_at - r.started_at)::text, '') AS x, "
-    "r.slot_at, r.id FROM runs r WHERE r.schedule_id = schedules.id "
-    f"ORDER BY r.slot_at DESC, r.id DESC LIMIT {RECENT_OUTCOMES}) AS recent)"
-)
-# The distinct chains by hopping along the primary key (one seek per chain), not by reading
-# every entry: a chain holds an entry per fire.
-_CHAINS = (
-    "WITH RECURSIVE c(chain) AS (SELECT min(chain) FROM audit_entries UNION ALL "
-    "SELECT (SELECT min(e.chain) FROM audit_entries e WHERE e.chain > c.chain) FROM c "
-    "WHERE c.chain IS NOT NULL) SELECT chain FROM (SELECT chain FROM c WHERE chain IS NOT NULL "
-    'UNION SELECT chain FROM audit_verified) AS chains ORDER BY chain COLLATE "C"'
-)
-
-POSTGRES = Dialect(
-    placeholder="%s",
-    tenants_clause=tenants_clause,
-    recent=_RECENT,
-    # Ties are broken by id, so pages read in separate snapshots agree on the order.
-    due_order="next_fire_at, id",
-    # Byte order, as SQLite sorts them (whatever the database's collation), through the index
-    # `schedules_idle_by_name`, which is partial on NOT (DUE).
-    idle_order='tenant COLLATE "C", name COLLATE "C"',
-    chains=_CHAINS,
-)
 
 
 def _connect_options(url: str) -> dict[str, Any]:
@@ -103,7 +74,7 @@ def _connect_options(url: str) -> dict[str, Any]:
 class PostgresReadModel(SqlReadModel["Conn"]):
     """ReadModel on one PostgreSQL schema (narrowed to what `viewer` may see, when given)."""
 
-    dialect = POSTGRES
+    dialect = DIALECT
 
     def __init__(self, url: str, viewer: Viewer | None = None) -> None:
         require_driver()

@@ -1,5 +1,5 @@
 """Retention overrides, and the ledger as the retention sweeper walks and prunes it, in
-PostgreSQL (the overrides are engine.backends.retention's)."""
+PostgreSQL (the overrides are engine.backends.sql.retention's)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from engine.backends.postgres.connection import PgPool, Row, rows
-from engine.backends.retention import AGES, OLDER, SqlRetentionStore, age_from_row
+from engine.backends.sql.retention import AGES, OLDER, SqlRetentionStore, age_from_row
 from engine.ports.retention import RunAge, RunStanding
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The run ledger in PostgreSQL (its reads are engine.backends.runs')."""
+"""The run ledger in PostgreSQL (its reads are engine.backends.sql.runs')."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.backends.postgres.connection import PgPool, Row, first, storage_errors
-from engine.backends.runs import SqlRunLedger, insert_run_sql, new_run_values, recorded
+from engine.backends.sql.runs import SqlRunLedger, insert_run_sql, new_run_values, recorded
 from engine.domain.errors import DuplicateSlot
 from engine.domain.run import NewRun, Run
 

@@ -3,7 +3,7 @@
 Version-checked writes are single conditional statements (`... WHERE version = %s`): of two
 writers holding the same version, the second waits for the first one's row lock, then finds
 the version moved and changes nothing. Only when nothing was written is the row read again,
-to say why. The reads are engine.backends.schedules'.
+to say why. The reads are engine.backends.sql.schedules'.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from engine.backends.postgres.connection import (
     storage_errors,
     write_tx,
 )
-from engine.backends.schedules import (
+from engine.backends.sql.schedules import (
     SCHEDULE_NAMES,
     SqlScheduleStore,
     missing,

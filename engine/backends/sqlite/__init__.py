@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from engine.backends.diagnostics import store_counts
-from engine.backends.plugin_state import SqlPluginStateStore
-from engine.backends.sqlite.approvals import SqliteApprovalStore
+from engine.backends.sql.approvals import SqlApprovalStore
+from engine.backends.sql.diagnostics import store_counts
+from engine.backends.sql.operators import SqlOperatorStore
+from engine.backends.sql.plugin_state import SqlPluginStateStore
 from engine.backends.sqlite.audit import KeySource, SqliteAuditLog
 from engine.backends.sqlite.changes import SqliteChangeFeed
 from engine.backends.sqlite.connection import (
@@ -26,7 +27,6 @@ from engine.backends.sqlite.diagnostics import SqliteDiagnostics
 from engine.backends.sqlite.dispatch import SqliteDispatcher
 from engine.backends.sqlite.fire_queue import SqliteFireQueue
 from engine.backends.sqlite.lease import SqliteLease
-from engine.backends.sqlite.operators import SqliteOperatorStore
 from engine.backends.sqlite.retention import SqliteRetentionStore
 from engine.backends.sqlite.runs import SqliteRunLedger
 from engine.backends.sqlite.schedules import SqliteScheduleStore
@@ -63,9 +63,9 @@ class SqliteBackend:
         self.changes = SqliteChangeFeed(self.pool)
         self.audit = SqliteAuditLog(self.pool, clock, audit_keys)
         self.dispatcher = SqliteDispatcher(self.pool, self.audit)
-        self.operators = SqliteOperatorStore(self.pool)
+        self.operators = SqlOperatorStore(self.pool)
         self.plugin_state = SqlPluginStateStore(self.pool)
-        self.approvals = SqliteApprovalStore(self.pool)
+        self.approvals = SqlApprovalStore(self.pool)
         self.retention = SqliteRetentionStore(self.pool)
 
     @contextmanager

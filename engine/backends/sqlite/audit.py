@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import apsw
 
-from engine.backends.audit import (
+from engine.backends.sql.audit import (
     CHECKPOINT_COLUMNS,
     COLUMNS,
     KeySource,
@@ -17,6 +17,7 @@ from engine.backends.audit import (
     seal_events,
 )
 from engine.backends.sqlite.connection import ConnectionPool
+from engine.backends.sqlite.dialect import CHAINS
 from engine.domain.audit import GENESIS, AuditEntry, AuditEvent, ChainPoint, KeyRing
 
 # The codec stays importable from here (the read model reads entries through it).
@@ -25,14 +26,6 @@ __all__ = ["CHAINS", "COLUMNS", "KeySource", "SqliteAuditLog", "append_in", "ent
 _INSERT = f"INSERT INTO audit_entries ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _INSERT_CHECKPOINT = f"INSERT INTO audit_checkpoints ({CHECKPOINT_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
 _HEAD = head_sql("?")
-# The distinct chains by hopping along the primary key (one seek per chain), not by reading
-# every entry: a chain holds an entry per fire.
-CHAINS = (
-    "WITH RECURSIVE c(chain) AS (SELECT min(chain) FROM audit_entries UNION ALL "
-    "SELECT (SELECT min(chain) FROM audit_entries WHERE chain > c.chain) FROM c "
-    "WHERE c.chain IS NOT NULL) SELECT chain FROM c WHERE chain IS NOT NULL "
-    "UNION SELECT chain FROM audit_verified UNION SELECT chain FROM audit_chains ORDER BY 1"
-)
 
 
 def append_in(

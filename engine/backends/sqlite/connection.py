@@ -7,11 +7,10 @@ write lock can only fail, never wait, when another connection wrote meanwhile.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
@@ -19,7 +18,8 @@ from typing import Any
 
 import apsw
 
-from engine.backends.sql import Args, Dialect
+from engine.backends.sql import Args
+from engine.backends.sqlite.dialect import DIALECT
 from engine.domain.errors import DatabaseUnreadable, StorageError, VortosError
 from engine.file_modes import create_private, current_file_access
 
@@ -428,35 +428,6 @@ def scalar(conn: apsw.Connection, sql: str, args: tuple[Any, ...] = ()) -> Any:
     """The first column of the first row (None when there is no row)."""
     row = first(conn, sql, args)
     return None if row is None else row[0]
-
-
-def tenants_clause(column: str, tenants: frozenset[str] | None) -> tuple[str | None, list[str]]:
-    """The SQL condition keeping only rows of `tenants` (None: every tenant, no condition)."""
-    if tenants is None:
-        return None, []
-    if not tenants:
-        return "0", []  # a scope with no tenant sees nothing
-    return f"{column} IN ({', '.join('?' * len(tenants))})", sorted(tenants)
-
-
-def _starts_with(column: str, prefix: str) -> tuple[str, list[Any]]:
-    return f"substr({column}, 1, ?) = ?", [len(prefix), prefix]
-
-
-def _json_list(values: Sequence[Any]) -> str:
-    return json.dumps(list(values))
-
-
-# SQLite has no arrays: a list is bound as JSON text and read back with json_each.
-DIALECT = Dialect(
-    mark="?",
-    named=":{}",
-    in_list="{column} IN (SELECT value FROM json_each({mark}))",
-    bind_list=_json_list,
-    tenants=tenants_clause,
-    starts_with=_starts_with,
-    byte_order="",  # SQLite compares text byte by byte already
-)
 
 
 @contextmanager

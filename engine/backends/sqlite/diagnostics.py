@@ -1,11 +1,11 @@
 """Diagnostics on SQLite: PRAGMAs and a read of each table (the queue's age and the zones are
-engine.backends.diagnostics')."""
+engine.backends.sql.diagnostics')."""
 
 from __future__ import annotations
 
 import apsw
 
-from engine.backends.diagnostics import SqlDiagnostics, unreadable_tables
+from engine.backends.sql.diagnostics import SqlDiagnostics, unreadable_tables
 from engine.backends.sqlite.connection import (
     SCHEMA_VERSION,
     ConnectionPool,

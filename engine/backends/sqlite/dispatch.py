@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 import apsw
 
-from engine.backends.dispatch import (
+from engine.backends.fairness import fair_share
+from engine.backends.sql.dispatch import (
     ACTIVE,
     DUE_COLUMNS,
     TENANTS,
@@ -21,8 +22,7 @@ from engine.backends.dispatch import (
     fired,
     plan_due,
 )
-from engine.backends.fairness import fair_share
-from engine.backends.fire_rows import insert_fire_sql
+from engine.backends.sql.fire_rows import insert_fire_sql
 from engine.backends.sqlite.audit import SqliteAuditLog, append_in
 from engine.backends.sqlite.connection import ConnectionPool, Row, first, rows, scalar
 from engine.backends.sqlite.runs import NEXT_RUN_ID

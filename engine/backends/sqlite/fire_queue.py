@@ -1,5 +1,5 @@
 """The fire queue in SQLite: claim, heartbeat, settle, requeue (the rest is
-engine.backends.fire_queue's).
+engine.backends.sql.fire_queue's).
 
 Every call is one BEGIN IMMEDIATE transaction, so a claim's overlap decision and its claim are
 one step: SQLite's single writer means two consumers cannot both see a schedule idle.
@@ -13,8 +13,9 @@ from typing import Any
 
 import apsw
 
-from engine.backends.fire_queue import SettlePlan, SqlFireQueue, held_and_looked
-from engine.backends.fire_rows import (
+from engine.backends.sql import Row
+from engine.backends.sql.fire_queue import SettlePlan, SqlFireQueue, held_and_looked
+from engine.backends.sql.fire_rows import (
     CANDIDATES,
     CLEAR_CLAIM,
     FIRE_COLUMNS,
@@ -26,7 +27,6 @@ from engine.backends.fire_rows import (
     settle_run_sql,
     stale_ack_sql,
 )
-from engine.backends.sql import Row
 from engine.backends.sqlite.connection import ConnectionPool
 from engine.backends.sqlite.runs import insert_run
 from engine.domain.overlap import Candidate, plan_claim

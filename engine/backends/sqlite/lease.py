@@ -1,10 +1,10 @@
-"""The lease as a row (reading and mirroring it are engine.backends.leases'). Expiry is judged
+"""The lease as a row (reading and mirroring it are engine.backends.sql.leases'). Expiry is judged
 on the injected clock, which every process on the host shares (the embedded database lives on
 one host)."""
 
 from __future__ import annotations
 
-from engine.backends.leases import (
+from engine.backends.sql.leases import (
     SqlLease,
     held_by_another,
     not_released,

@@ -1,12 +1,12 @@
 """Retention overrides, and the ledger as the retention sweeper walks and prunes it, in SQLite
-(the overrides are engine.backends.retention's)."""
+(the overrides are engine.backends.sql.retention's)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
 
-from engine.backends.retention import AGES, OLDER, SqlRetentionStore, age_from_row
+from engine.backends.sql.retention import AGES, OLDER, SqlRetentionStore, age_from_row
 from engine.backends.sqlite.connection import ConnectionPool, rows
 from engine.ports.retention import RunAge, RunStanding
 

@@ -1,4 +1,4 @@
-"""The run ledger in SQLite (its reads are engine.backends.runs')."""
+"""The run ledger in SQLite (its reads are engine.backends.sql.runs')."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import apsw
 
-from engine.backends.runs import SqlRunLedger, insert_run_sql, new_run_values, recorded
+from engine.backends.sql.runs import SqlRunLedger, insert_run_sql, new_run_values, recorded
 from engine.backends.sqlite.connection import ConnectionPool, scalar, storage_errors
 from engine.domain.errors import DuplicateSlot
 from engine.domain.run import NewRun, Run

@@ -1,4 +1,4 @@
-"""Schedules in SQLite (the reads are engine.backends.schedules'): every version-checked write
+"""Schedules in SQLite (the reads are engine.backends.sql.schedules'): every version-checked write
 reads the version and writes in one BEGIN IMMEDIATE transaction, which no other writer can
 enter in between."""
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import apsw
 
 from engine.backends.codec import SCHEDULE_COLUMNS, schedule_values
-from engine.backends.schedules import (
+from engine.backends.sql.schedules import (
     SCHEDULE_NAMES,
     SqlScheduleStore,
     missing,

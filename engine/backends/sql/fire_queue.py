@@ -14,7 +14,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from engine.backends.fire_rows import (
+from engine.backends.sql import SqlPool, scalar
+from engine.backends.sql.fire_rows import (
     FIRE_COLUMNS,
     FIRE_FROM,
     OPEN,
@@ -26,7 +27,6 @@ from engine.backends.fire_rows import (
     selection,
     settle_fire_values,
 )
-from engine.backends.sql import SqlPool, scalar
 from engine.domain.clock import Clock
 from engine.domain.run import NewRun
 from engine.domain.schedule import OverlapPolicy, ScheduleStatus

@@ -1,56 +1,19 @@
-"""What the code shared by the SQL backends asks of each one.
-
-SQLite (apsw) and PostgreSQL (psycopg) run the same SQL for most of what the stores do; they
-differ in how a value is bound (`?` or `%s`), how a list is bound (JSON read back with
-json_each, or an array), and in a few spellings. A `Dialect` says those; a `SqlPool` runs one
-statement on the calling thread's connection. What differs beyond that (locking, the single
-writer's shortcuts) stays in each backend.
-"""
+"""What the shared store code asks of each SQL backend's connections: a `SqlPool` runs one
+statement on the calling thread's connection, spelt in its `Dialect`; and the few helpers every
+store uses on one (first, scalar, count, Where)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from engine.backends.sql.dialect import Dialect
+
 Row = tuple[Any, ...]
 Args = Sequence[Any] | Mapping[str, Any]
-# The condition keeping only the rows of an operator's tenants, and its positional arguments;
-# no condition for None (every tenant).
-TenantsClause = Callable[[str, frozenset[str] | None], tuple[str | None, list[Any]]]
-# A condition that a text column starts with a prefix, and its positional arguments.
-StartsWith = Callable[[str, str], tuple[str, list[Any]]]
-
 C_co = TypeVar("C_co", covariant=True)
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """How one backend spells what the shared SQL leaves open."""
-
-    mark: str  # the positional placeholder
-    named: str  # a named placeholder, `{}` standing for the name
-    # `{column}` is one of the list bound at `{mark}` (`{type}`: the SQL type of its items).
-    in_list: str
-    # A list as `in_list` binds it.
-    bind_list: Callable[[Sequence[Any]], Any]
-    tenants: TenantsClause
-    starts_with: StartsWith
-    # Put after a text column in ORDER BY: byte order, which is how SQLite compares text.
-    byte_order: str
-
-    def param(self, name: str) -> str:
-        """The named placeholder of `name`."""
-        return self.named.format(name)
-
-    def one_of(self, column: str, mark: str, sql_type: str) -> str:
-        """`column` is one of the list bound at `mark` (of items of `sql_type`)."""
-        return self.in_list.format(column=column, mark=mark, type=sql_type)
-
-    def marks(self, count: int) -> str:
-        """`count` positional placeholders, comma-separated (a VALUES list)."""
-        return ", ".join([self.mark] * count)
 
 
 class SqlPool(Protocol[C_co]):
