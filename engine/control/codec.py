@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from engine.control.wire import ProtocolError
 from engine.domain.errors import InvalidInput
-from engine.domain.triggers import Trigger, trigger_from_spec
+from engine.domain.triggers import Trigger, trigger_from_json, trigger_to_json
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ def to_wire(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if hasattr(value, "to_spec") and hasattr(value, "kind"):  # a Trigger
-        return {"kind": value.kind, **value.to_spec()}
+        return trigger_to_json(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_wire(getattr(value, f.name)) for f in _fields(type(value))}
     if isinstance(value, Mapping):
@@ -130,10 +130,9 @@ def _checked(fits: typing.Callable[[Any], bool], what: str) -> Loader:
 def _trigger(value: Any) -> Trigger:
     if not isinstance(value, dict) or not isinstance(value.get("kind"), str):
         raise _Misfit("not a trigger")
-    spec = {k: v for k, v in value.items() if k != "kind"}
     try:
-        return trigger_from_spec(value["kind"], spec)
-    except (KeyError, TypeError, ValueError) as exc:
+        return trigger_from_json(value)
+    except InvalidInput as exc:
         raise _Misfit(f"not a trigger ({exc})") from None
 
 

@@ -12,7 +12,7 @@ from typing import Any
 from engine.domain.errors import InvalidInput
 from engine.domain.retry import RetryPolicy
 from engine.domain.timeutil import DAY_MS, HOUR_MS, MINUTE_MS, SECOND_MS, format_duration
-from engine.domain.triggers import Trigger
+from engine.domain.triggers import Trigger, trigger_from_json, trigger_to_json
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9._-]*")
 NAME_MAX = 200
@@ -24,6 +24,8 @@ PAYLOAD_MAX_BYTES = 64 * 1024
 PAYLOAD_MAX_DEPTH = 64  # levels of objects and arrays, the payload itself the first
 NOTE_MAX = 1000
 JITTER_MAX_MS = HOUR_MS
+CATCH_UP_CAP_MAX = 10_000
+CATCH_UP_AGE_MAX_MS = 366 * DAY_MS
 DEFAULT_TENANT = "default"
 
 
@@ -79,12 +81,39 @@ class MisfirePolicy:
     grace_ms: int = MINUTE_MS
 
     def __post_init__(self) -> None:
-        if not 1 <= self.catch_up_cap <= 10_000:
-            raise InvalidInput(f"catch-up cap {self.catch_up_cap} is out of range: use 1 to 10000")
+        if not 1 <= self.catch_up_cap <= CATCH_UP_CAP_MAX:
+            raise InvalidInput(
+                f"catch-up cap {self.catch_up_cap} is out of range: use 1 to {CATCH_UP_CAP_MAX}"
+            )
         if self.max_age_ms < SECOND_MS:
             raise InvalidInput("maximum catch-up age must be at least 1s")
+        if self.max_age_ms > CATCH_UP_AGE_MAX_MS:
+            raise InvalidInput("maximum catch-up age must be at most 366d")
         if self.grace_ms < 0:
             raise InvalidInput("misfire grace must not be negative")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "catch_up_cap": self.catch_up_cap,
+            "max_age_ms": self.max_age_ms,
+            "grace_ms": self.grace_ms,
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> MisfirePolicy:
+        return cls(
+            MisfireKind(value["kind"]),
+            _whole(value["catch_up_cap"]),
+            _whole(value["max_age_ms"]),
+            _whole(value["grace_ms"]),
+        )
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
 
 
 def validate_name(name: str, *, what: str = "name") -> str:
@@ -239,6 +268,82 @@ class ScheduleSpec:
     metadata: Mapping[str, str] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
 
+    def to_json(self) -> dict[str, Any]:
+        """The one JSON spelling of a definition: the control socket sends it, audit entries
+        and four-eyes requests record it, the CLI's --json shows it, and two definitions are
+        the same exactly when these are equal."""
+        return {
+            "name": self.name,
+            "tenant": self.tenant,
+            "trigger": trigger_to_json(self.trigger),
+            "timezone": self.timezone,
+            "command": self.command,
+            "payload": dict(self.payload),
+            "misfire": self.misfire.to_json(),
+            "overlap": self.overlap.value,
+            "jitter_ms": self.jitter_ms,
+            "sensitive": self.sensitive,
+            "metadata": dict(self.metadata),
+            "retry": self.retry.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> ScheduleSpec:
+        """The inverse of `to_json`; anything malformed is InvalidInput naming what (the
+        service validates the rest: names, zone, command, payload)."""
+        try:
+            return cls(
+                name=_text(value["name"]),
+                trigger=trigger_from_json(value["trigger"]),
+                command=_text(value["command"]),
+                payload=_object(value["payload"]),
+                timezone=_text(value["timezone"]),
+                tenant=_text(value["tenant"]),
+                misfire=MisfirePolicy.from_json(value["misfire"]),
+                overlap=OverlapPolicy(value["overlap"]),
+                jitter_ms=_whole(value["jitter_ms"]),
+                sensitive=_flag(value["sensitive"]),
+                metadata={str(k): str(v) for k, v in _object(value["metadata"]).items()},
+                retry=RetryPolicy.from_json(_object(value["retry"])),
+            )
+        except InvalidInput:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidInput(f"malformed schedule definition: {exc!r}") from None
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{value!r} is not true or false")
+    return value
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{value!r} is not an object")
+    return dict(value)
+
+
+def changed_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The dotted names of what differs between two `to_json` spellings ("misfire.grace_ms",
+    "metadata.team"): what an edit changed, in the order the spelling lists them."""
+    found: list[str] = []
+    for key in dict.fromkeys([*before, *after]):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        if isinstance(old, Mapping) and isinstance(new, Mapping) and key != "trigger":
+            found += [f"{key}.{inner}" for inner in changed_fields(old, new)]
+        else:
+            found.append(key)
+    return found
+
 
 @dataclass(frozen=True, slots=True)
 class StaticOverride:
@@ -294,6 +399,24 @@ class Schedule:
     # Static schedules only: whether the code declares it paused, and an operator's override.
     declared_paused: bool = False
     override: StaticOverride | None = None
+
+    @property
+    def spec(self) -> ScheduleSpec:
+        """Its definition: what an operator may change (the rest is its state)."""
+        return ScheduleSpec(
+            name=self.name,
+            trigger=self.trigger,
+            command=self.command,
+            payload=self.payload,
+            timezone=self.timezone,
+            tenant=self.tenant,
+            misfire=self.misfire,
+            overlap=self.overlap,
+            jitter_ms=self.jitter_ms,
+            sensitive=self.sensitive,
+            metadata=self.metadata,
+            retry=self.retry,
+        )
 
     @property
     def declared_status(self) -> ScheduleStatus:

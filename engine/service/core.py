@@ -1,8 +1,9 @@
 """The core of ScheduleService: reading, creating, pausing, resuming and deleting schedules.
 
-The CLI, the console and Python callers all come through here, so validation happens once, at
-the boundary, before anything is stored. Policy, four-eyes and audit join this path with the
-governance issue.
+The CLI, the console, the control socket and Python callers all come through here, so
+validation happens once, at the boundary, before anything is stored; with access control every
+change is authorised, may wait for a second operator (four-eyes) and is audited in its own
+transaction.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from engine.domain.clock import Clock
 from engine.domain.control_chars import refuse_control_characters
 from engine.domain.errors import Conflict, DuplicateName, InvalidInput, NotFound, StaleVersion
 from engine.domain.misfire import due_at
+from engine.domain.patch import SchedulePatch, apply_patch
 from engine.domain.preview import PREVIEW_MAX, PreviewSlot, preview_slots
 from engine.domain.run import Run
 from engine.domain.schedule import (
@@ -33,6 +35,7 @@ from engine.domain.schedule import (
     ScheduleSpec,
     ScheduleStatus,
     StaticOverride,
+    changed_fields,
     validate_jitter,
     validate_metadata,
     validate_name,
@@ -51,6 +54,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("vortos.service")
 
+# A patch made without an expected version is applied again to what another operator just
+# committed, this many times at most (then StaleVersion: someone edits it in a loop).
+PATCH_TRIES = 3
+
 
 class ServiceCore:
     """State shared by the parts of ScheduleService."""
@@ -61,13 +68,16 @@ class ServiceCore:
         clock: Clock,
         commands: CommandRegistry,
         access: AccessControl | None = None,
+        *,
+        approval_ttl_ms: int = DEFAULT_APPROVAL_TTL_MS,
     ) -> None:
         # None: the caller is trusted (Python code that owns the database file); the CLI,
         # the console and the control socket always pass access control.
         self.access = access
         self._storage = storage
         # Four-eyes guards operators' tools (with access control); trusted code is not gated.
-        self.four_eyes = FourEyesGate(storage, clock, self._append, DEFAULT_APPROVAL_TTL_MS)
+        # A request it makes stays open `approval_ttl_ms`.
+        self.four_eyes = FourEyesGate(storage, clock, self._append, approval_ttl_ms)
         self._clock = clock
         self.commands = commands
 
@@ -215,7 +225,7 @@ class ServiceCore:
         spec = self._sensitive_by_command(spec, schedule)
         _refuse_static(schedule, "edited")
         changed = _redefine(schedule, spec, first, now)
-        if definition(changed) == definition(schedule):
+        if changed.spec.to_json() == schedule.spec.to_json():
             return schedule
         why = self.protection(schedule.sensitive or spec.sensitive, schedule.command, spec.command)
         approval = None
@@ -252,9 +262,11 @@ class ServiceCore:
                     next_fire_at=due_at(schedule.id, again, changed.timezone, changed.jitter_ms),
                 )
             stored = self._storage.schedules.update(changed, schedule.version)
+            before, after = definition(schedule), definition(stored)
             changes: dict[str, Any] = {
-                "before": definition(schedule),
-                "definition": definition(stored),
+                "before": before,
+                "definition": after,
+                "changed": changed_fields(before, after),
             }
             if withdrawn:  # the ledger check excuses these runs: nothing ran
                 changes["withdrawn"] = run_ranges(r for r, _ in withdrawn)
@@ -268,6 +280,36 @@ class ServiceCore:
             spec.timezone,
         )
         return stored
+
+    def patch(
+        self,
+        name: str,
+        changes: SchedulePatch,
+        *,
+        actor: str,
+        tenant: str = DEFAULT_TENANT,
+        expected_version: int | None = None,
+    ) -> Schedule:
+        """Change only what `changes` gives; everything else stays as stored (see
+        engine.domain.patch for the rules). As `update` otherwise: the same validation,
+        four-eyes and audit entry; the schedule comes back unchanged, its version the same,
+        when the patch changes nothing.
+
+        Without `expected_version` the patch applies to the schedule as it is when it is
+        made: a change another operator commits in between is kept, not overwritten."""
+        self._authorize(actor, Operation.UPDATE, tenant)
+        for _ in range(PATCH_TRIES - 1):
+            current = self._current(name, tenant, expected_version)
+            try:
+                return self._patched(current, changes, actor)
+            except StaleVersion:
+                if expected_version is not None:
+                    raise
+        return self._patched(self._current(name, tenant, expected_version), changes, actor)
+
+    def _patched(self, current: Schedule, changes: SchedulePatch, actor: str) -> Schedule:
+        spec = apply_patch(current.spec, changes, self._clock.now_ms())
+        return self.update(spec, actor=actor, expected_version=current.version)
 
     def pause(
         self,
@@ -565,7 +607,7 @@ def _first_slot(trigger: Trigger, tz: str, now: int) -> int:
                 raise InvalidInput(
                     f"cron {trigger.expression!r} never fires in {tz} under the skipped-hour "
                     f"rule {trigger.missing.value!r}: every wall time it names falls in a DST "
-                    "gap; choose 'shift' or 'transition' (--dst-missing), or another time"
+                    "gap; choose 'shift' or 'transition' (dst_missing=), or another time"
                 )
             raise InvalidInput(
                 f"cron {trigger.expression!r} never matches a date (e.g. 31 February): "
@@ -652,27 +694,14 @@ def requested_trigger(trigger: Trigger, approval: Approval) -> Trigger:
 
 
 def definition(schedule: Schedule) -> dict[str, Any]:
-    """What an audit entry records of a schedule's definition."""
-    return {
-        "trigger": {"kind": schedule.trigger.kind, **schedule.trigger.to_spec()},
-        "timezone": schedule.timezone,
-        "command": schedule.command,
-        "payload": dict(schedule.payload),
-        "misfire": schedule.misfire.kind.value,
-        # Every limit of the policy, not only its kind: an approval covers what it allows
-        # (a cap of 1 approved must not become 10,000), and an edit of a limit alone is a change.
-        "misfire_limits": {
-            "catch_up_cap": schedule.misfire.catch_up_cap,
-            "max_age_ms": schedule.misfire.max_age_ms,
-            "grace_ms": schedule.misfire.grace_ms,
-        },
-        "overlap": schedule.overlap.value,
-        "jitter_ms": schedule.jitter_ms,
-        "sensitive": schedule.sensitive,
-        "metadata": dict(schedule.metadata),
-        "retry": schedule.retry.to_json(),
-        "origin": schedule.origin.value,
-    }
+    """What an audit entry and a four-eyes request record of a schedule's definition: its
+    spec's one JSON spelling (ScheduleSpec.to_json: every limit of every policy, so an approval
+    covers all it allows and an edit of one limit alone is a change), without the name and
+    tenant the entry carries itself, and its origin."""
+    spelled = schedule.spec.to_json()
+    del spelled["name"], spelled["tenant"]
+    spelled["trigger"].pop("anchored", None)  # as_written says what was left open
+    return {**spelled, "origin": schedule.origin.value}
 
 
 def new_schedule(spec: ScheduleSpec, first_slot: int, now: int, origin: ScheduleOrigin) -> Schedule:

@@ -90,9 +90,9 @@ def test_add_cron_then_show_json_has_every_field(db_path: Path) -> None:
     assert schedule["command"] == "echo"
     assert schedule["payload"] == {"to": "ops@example.com"}
     assert schedule["misfire"] == {
-        "policy": "each",
+        "kind": "each",
         "catch_up_cap": 5,
-        "max_catch_up_age_ms": 7_200_000,
+        "max_age_ms": 7_200_000,
         "grace_ms": 30_000,
     }
     assert schedule["overlap"] == "buffer-one"
@@ -113,7 +113,7 @@ def test_add_cron_takes_the_documented_defaults(db_path: Path) -> None:
     assert schedule["payload"] == {}
     assert schedule["trigger"]["dst_repeated"] == "auto"
     assert schedule["trigger"]["dst_missing"] == "shift"
-    assert schedule["misfire"]["policy"] == "latest"
+    assert schedule["misfire"]["kind"] == "latest"
     assert schedule["overlap"] == "skip"
     assert schedule["jitter_ms"] == 0
     assert schedule["sensitive"] is False

@@ -19,6 +19,7 @@ from typer._click.exceptions import ClickException
 from engine.domain.control_chars import STEERING_CODES, visible
 from engine.domain.errors import VortosError
 from engine.domain.redact import scrub
+from vortos_tui.cli.flags import as_flags
 
 EXIT_CODES = """\
 Exit codes: 0 ok · 1 error (storage, unexpected) · 2 usage or invalid input ·
@@ -99,7 +100,7 @@ def handles_errors(command: Callable[P, R]) -> Callable[P, R]:
         try:
             return command(*args, **kwargs)
         except VortosError as exc:
-            raise fail(str(exc), exc.exit_code) from None
+            raise fail(as_flags(str(exc)), exc.exit_code) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         except (typer.Exit, typer.Abort):

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Annotated
 
 import typer
 
 from engine import (
     CronTrigger,
-    IntervalTrigger,
     MisfireKind,
-    MisfirePolicy,
     MissingHour,
-    OneShotTrigger,
     OverlapPolicy,
     RepeatedHour,
-    RetryPolicy,
-    ScheduleSpec,
     ScheduleStatus,
-    Trigger,
 )
 from engine.domain.clock import SystemClock
 from engine.domain.errors import InvalidInput
+from engine.domain.patch import SchedulePatch, new_spec
 from engine.domain.schedule import DEFAULT_TENANT, Schedule, parse_payload, validate_name
-from engine.domain.timeutil import DAY_MS, parse_duration, parse_instant
+from engine.domain.timeutil import parse_duration, parse_instant
 from engine.service import validate_spec
 from vortos_tui.cli.context import open_existing, open_for_read, open_for_write, operator, state
 from vortos_tui.cli.output import EXIT_CODES, emit_json, handles_errors, say, stdout
@@ -51,56 +47,161 @@ DST_MISSING_HELP = (
     "fire at the transition (03:00, as cron(8)) or skip it."
 )
 
+# The options `add` and `edit` share: None is "not given" (add: the default; edit: unchanged).
+Cron = Annotated[
+    str | None, typer.Option("--cron", help="Cron: 5 fields, or 6 with seconds first.")
+]
+Every = Annotated[
+    str | None, typer.Option("--every", help="Fixed interval: 90, 30s, 5m, 1h (at least 1s).")
+]
+At = Annotated[str | None, typer.Option("--at", help="One-shot instant (ISO 8601).")]
+Start = Annotated[
+    str | None,
+    typer.Option(
+        "--start", help="First slot of an --every schedule (default: one interval from now)."
+    ),
+]
+Tz = Annotated[
+    str | None, typer.Option("--tz", help="IANA time zone of the trigger [default: UTC].")
+]
+Misfire = Annotated[
+    MisfireKind | None,
+    typer.Option(
+        "--misfire", help="Missed slots: skip, latest (fire once) or each [default: latest]."
+    ),
+]
+CatchUpCap = Annotated[
+    int | None,
+    typer.Option(
+        "--catch-up-cap",
+        help="With --misfire each: fire at most N missed slots (newest) [default: 100].",
+    ),
+]
+MaxCatchUpAge = Annotated[
+    str | None,
+    typer.Option("--max-catch-up-age", help="Slots older than this are never fired [default: 1d]."),
+]
+MisfireGrace = Annotated[
+    str | None,
+    typer.Option(
+        "--misfire-grace", help="A slot this late still counts as on time [default: 60s]."
+    ),
+]
+DstRepeated = Annotated[
+    RepeatedHour | None,
+    typer.Option("--dst-repeated", help=DST_REPEATED_HELP + " [default: auto]"),
+]
+DstMissing = Annotated[
+    MissingHour | None,
+    typer.Option("--dst-missing", help=DST_MISSING_HELP + " [default: shift]"),
+]
+Overlap = Annotated[
+    OverlapPolicy | None,
+    typer.Option("--overlap", help="While the previous run is open [default: skip]."),
+]
+Jitter = Annotated[
+    str | None,
+    typer.Option(
+        "--jitter", help="Spread each slot by a stable offset up to this (max 1h) [default: 0]."
+    ),
+]
+MaxAttempts = Annotated[
+    int | None,
+    typer.Option(
+        "--max-attempts",
+        help="Attempts before a failing fire is dead-lettered (1 to 100) [default: 3].",
+    ),
+]
+RetryBackoff = Annotated[
+    str | None,
+    typer.Option(
+        "--retry-backoff",
+        help="Wait before the first retry; it doubles with each one [default: 2s].",
+    ),
+]
+RetryBackoffCap = Annotated[
+    str | None,
+    typer.Option("--retry-backoff-cap", help="The longest wait between retries [default: 5m]."),
+]
+Payload = Annotated[str | None, typer.Option("--payload", help="JSON object for the command.")]
 
-def build_trigger(
-    *,
-    cron: str | None,
-    every: str | None,
-    at: str | None,
-    start: str | None,
-    tz: str,
-    repeated: RepeatedHour | None,
-    missing: MissingHour | None,
-    now_ms: int,
-) -> Trigger:
-    chosen = [
-        flag
-        for flag, value in (("--cron", cron), ("--every", every), ("--at", at))
-        if value is not None
-    ]
-    if len(chosen) != 1:
-        raise InvalidInput(
-            "give exactly one of --cron EXPR, --every DURATION or --at INSTANT"
-            + (f" (got {', '.join(chosen)})" if chosen else "")
-        )
-    if (repeated or missing) and cron is None:
-        raise InvalidInput("--dst-repeated and --dst-missing apply only to --cron schedules")
-    if start is not None and every is None:
-        raise InvalidInput("--start applies only to --every schedules")
-    if cron is not None:
-        return CronTrigger(cron, repeated or RepeatedHour.AUTO, missing or MissingHour.SHIFT)
-    if every is not None:
-        if every.strip().startswith("-"):
-            raise InvalidInput(f"interval {every!r} is negative: give a positive duration")
-        period = parse_duration(every, what="interval")
-        if period <= 0:
-            raise InvalidInput(f"interval {every!r} is zero: give at least 1s")
-        # Without --start the first slot is one period from now, on a whole second.
-        if start:
-            return IntervalTrigger(period, parse_instant(start, tz))
-        return IntervalTrigger(period, (now_ms // 1000) * 1000 + period, anchored=False)
-    assert at is not None
-    return OneShotTrigger(parse_instant(at, tz))
 
-
-def parse_meta(pairs: list[str]) -> dict[str, str]:
-    meta: dict[str, str] = {}
+def parse_meta(pairs: list[str]) -> dict[str, str | None]:
+    """KEY=VALUE pairs; KEY= (no value) is None: an edit removes that key."""
+    meta: dict[str, str | None] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InvalidInput(f"--meta {pair!r} is not KEY=VALUE")
-        meta[key] = value
+        meta[key] = value or None
     return meta
+
+
+def _duration(text: str | None, what: str) -> int | None:
+    return None if text is None else parse_duration(text, what=what)
+
+
+def _interval(every: str | None) -> int | None:
+    if every is None:
+        return None
+    if every.strip().startswith("-"):
+        raise InvalidInput(f"interval {every!r} is negative: give a positive duration")
+    period = parse_duration(every, what="interval")
+    if period <= 0:
+        raise InvalidInput(f"interval {every!r} is zero: give at least 1s")
+    return period
+
+
+@dataclass(frozen=True)
+class DefinitionOptions:
+    """What `add` and `edit` were given, as typed (text, not yet parsed)."""
+
+    cron: str | None = None
+    every: str | None = None
+    at: str | None = None
+    start: str | None = None
+    payload: str | None = None
+    tz: str | None = None
+    misfire: MisfireKind | None = None
+    catch_up_cap: int | None = None
+    max_catch_up_age: str | None = None
+    misfire_grace: str | None = None
+    dst_repeated: RepeatedHour | None = None
+    dst_missing: MissingHour | None = None
+    overlap: OverlapPolicy | None = None
+    jitter: str | None = None
+    sensitive: bool | None = None
+    meta: list[str] | None = None
+    max_attempts: int | None = None
+    retry_backoff: str | None = None
+    retry_backoff_cap: str | None = None
+    command: str | None = None
+
+    def patch(self, zone: str) -> SchedulePatch:
+        """The options as a SchedulePatch: only parsing here (instants read in `zone`); every
+        rule about what goes with what is the engine's (engine.domain.patch)."""
+        return SchedulePatch(
+            command=self.command,
+            cron=self.cron,
+            every_ms=_interval(self.every),
+            start_ms=None if self.start is None else parse_instant(self.start, zone),
+            at_ms=None if self.at is None else parse_instant(self.at, zone),
+            dst_repeated=self.dst_repeated,
+            dst_missing=self.dst_missing,
+            payload=None if self.payload is None else parse_payload(self.payload),
+            timezone=self.tz,
+            misfire=self.misfire,
+            catch_up_cap=self.catch_up_cap,
+            max_age_ms=_duration(self.max_catch_up_age, "maximum catch-up age"),
+            grace_ms=_duration(self.misfire_grace, "misfire grace"),
+            overlap=self.overlap,
+            jitter_ms=_duration(self.jitter, "jitter"),
+            sensitive=self.sensitive,
+            metadata=None if self.meta is None else parse_meta(self.meta),
+            max_attempts=self.max_attempts,
+            backoff_ms=_duration(self.retry_backoff, "retry backoff"),
+            backoff_cap_ms=_duration(self.retry_backoff_cap, "retry backoff cap"),
+        )
 
 
 @app.command("add", epilog=EXIT_CODES)
@@ -111,117 +212,42 @@ def add(
     command: Annotated[
         str, typer.Option("--command", help="Registered command to run.", show_default=False)
     ],
-    cron: Annotated[
-        str | None, typer.Option("--cron", help="Cron: 5 fields, or 6 with seconds first.")
-    ] = None,
-    every: Annotated[
-        str | None, typer.Option("--every", help="Fixed interval: 90, 30s, 5m, 1h (at least 1s).")
-    ] = None,
-    at: Annotated[str | None, typer.Option("--at", help="One-shot instant (ISO 8601).")] = None,
-    start: Annotated[
-        str | None,
-        typer.Option(
-            "--start", help="First slot of an --every schedule (default: one interval from now)."
-        ),
-    ] = None,
-    payload: Annotated[str, typer.Option("--payload", help="JSON object for the command.")] = "{}",
-    tz: Annotated[str, typer.Option("--tz", help="IANA time zone of the trigger.")] = "UTC",
-    misfire: Annotated[
-        MisfireKind,
-        typer.Option("--misfire", help="Missed slots: skip, latest (fire once) or each."),
-    ] = MisfireKind.LATEST,
-    catch_up_cap: Annotated[
-        int | None,
-        typer.Option(
-            "--catch-up-cap", help="With --misfire each: fire at most N missed slots (newest)."
-        ),
-    ] = None,
-    max_catch_up_age: Annotated[
-        str, typer.Option("--max-catch-up-age", help="Slots older than this are never fired.")
-    ] = "1d",
-    misfire_grace: Annotated[
-        str, typer.Option("--misfire-grace", help="A slot this late still counts as on time.")
-    ] = "60s",
-    dst_repeated: Annotated[
-        RepeatedHour | None,
-        typer.Option("--dst-repeated", help=DST_REPEATED_HELP + " [default: auto]"),
-    ] = None,
-    dst_missing: Annotated[
-        MissingHour | None,
-        typer.Option("--dst-missing", help=DST_MISSING_HELP + " [default: shift]"),
-    ] = None,
-    overlap: Annotated[
-        OverlapPolicy, typer.Option("--overlap", help="While the previous run is open.")
-    ] = OverlapPolicy.SKIP,
-    jitter: Annotated[
-        str,
-        typer.Option("--jitter", help="Spread each slot by a stable offset up to this (max 1h)."),
-    ] = "0",
+    cron: Cron = None,
+    every: Every = None,
+    at: At = None,
+    start: Start = None,
+    payload: Payload = None,
+    tz: Tz = None,
+    misfire: Misfire = None,
+    catch_up_cap: CatchUpCap = None,
+    max_catch_up_age: MaxCatchUpAge = None,
+    misfire_grace: MisfireGrace = None,
+    dst_repeated: DstRepeated = None,
+    dst_missing: DstMissing = None,
+    overlap: Overlap = None,
+    jitter: Jitter = None,
     tenant: Tenant = DEFAULT_TENANT,
     sensitive: Annotated[bool, typer.Option("--sensitive", help="Mark as sensitive.")] = False,
     meta: Annotated[
         list[str] | None, typer.Option("--meta", help="KEY=VALUE metadata; repeat for more.")
     ] = None,
-    max_attempts: Annotated[
-        int,
-        typer.Option(
-            "--max-attempts", help="Attempts before a failing fire is dead-lettered (1 to 100)."
-        ),
-    ] = RetryPolicy().max_attempts,
-    retry_backoff: Annotated[
-        str,
-        typer.Option(
-            "--retry-backoff", help="Wait before the first retry; it doubles with each one."
-        ),
-    ] = "2s",
-    retry_backoff_cap: Annotated[
-        str, typer.Option("--retry-backoff-cap", help="The longest wait between retries.")
-    ] = "5m",
+    max_attempts: MaxAttempts = None,
+    retry_backoff: RetryBackoff = None,
+    retry_backoff_cap: RetryBackoffCap = None,
     as_json: Json = False,
 ) -> None:
     """Add a schedule: exactly one of --cron, --every or --at.
 
     The command must be registered (built-in, or @schedulable in the --app modules), and the
     payload must fit its parameters."""
+    options = dict(locals())
+    for local in ("ctx", "name", "tenant", "as_json"):
+        del options[local]
     validate_name(name)
     validate_name(tenant, what="tenant")
-    if catch_up_cap is not None and misfire is not MisfireKind.EACH:
-        raise InvalidInput("--catch-up-cap applies only to --misfire each")
-    max_age = parse_duration(max_catch_up_age, what="maximum catch-up age")
-    grace = parse_duration(misfire_grace, what="misfire grace")
-    if max_age > 366 * DAY_MS:
-        raise InvalidInput("maximum catch-up age must be at most 366d")
     now = SystemClock().now_ms()
-    trigger = build_trigger(
-        cron=cron,
-        every=every,
-        at=at,
-        start=start,
-        tz=tz,
-        repeated=dst_repeated,
-        missing=dst_missing,
-        now_ms=now,
-    )
-    spec = ScheduleSpec(
-        name=name,
-        trigger=trigger,
-        command=command,
-        payload=parse_payload(payload),
-        timezone=tz,
-        tenant=tenant,
-        misfire=MisfirePolicy(
-            misfire, 100 if catch_up_cap is None else catch_up_cap, max_age, grace
-        ),
-        overlap=overlap,
-        jitter_ms=parse_duration(jitter, what="jitter"),
-        sensitive=sensitive,
-        metadata=parse_meta(meta or []),
-        retry=RetryPolicy(
-            max_attempts=max_attempts,
-            backoff_ms=parse_duration(retry_backoff, what="retry backoff"),
-            backoff_cap_ms=parse_duration(retry_backoff_cap, what="retry backoff cap"),
-        ),
-    )
+    given = DefinitionOptions(**options).patch(tz or "UTC")
+    spec = new_spec(name, command, replace(given, command=None), tenant=tenant, now_ms=now)
     # Everything that can be refused is refused before the database is created or opened.
     validate_spec(spec, state(ctx).commands(), now)
     with open_for_write(ctx) as engine:
@@ -229,7 +255,10 @@ def add(
         if as_json:
             emit_json(schedule_json(schedule))
         else:
-            say(f"added {schedule.tenant}/{schedule.name}: {trigger.describe()} in {tz}")
+            say(
+                f"added {schedule.tenant}/{schedule.name}: {spec.trigger.describe()} in "
+                f"{spec.timezone}"
+            )
             stdout.print(schedule_table(schedule, engine.clock.now_ms()))
 
 
@@ -238,31 +267,23 @@ def add(
 def edit(
     ctx: typer.Context,
     name: Name,
-    command: Annotated[str | None, typer.Option("--command", help="Registered command.")] = None,
-    cron: Annotated[str | None, typer.Option("--cron", help="A new cron trigger.")] = None,
-    every: Annotated[str | None, typer.Option("--every", help="A new fixed interval.")] = None,
-    at: Annotated[str | None, typer.Option("--at", help="A new one-shot instant.")] = None,
-    start: Annotated[
-        str | None, typer.Option("--start", help="First slot of a new --every trigger.")
+    command: Annotated[
+        str | None, typer.Option("--command", help="A registered command to run instead.")
     ] = None,
-    payload: Annotated[str | None, typer.Option("--payload", help="A new JSON payload.")] = None,
-    tz: Annotated[str | None, typer.Option("--tz", help="A new IANA time zone.")] = None,
-    misfire: Annotated[
-        MisfireKind | None, typer.Option("--misfire", help="skip, latest or each.")
-    ] = None,
-    catch_up_cap: Annotated[
-        int | None, typer.Option("--catch-up-cap", help="With --misfire each.")
-    ] = None,
-    max_catch_up_age: Annotated[str | None, typer.Option("--max-catch-up-age")] = None,
-    misfire_grace: Annotated[str | None, typer.Option("--misfire-grace")] = None,
-    dst_repeated: Annotated[
-        RepeatedHour | None, typer.Option("--dst-repeated", help=DST_REPEATED_HELP)
-    ] = None,
-    dst_missing: Annotated[
-        MissingHour | None, typer.Option("--dst-missing", help=DST_MISSING_HELP)
-    ] = None,
-    overlap: Annotated[OverlapPolicy | None, typer.Option("--overlap")] = None,
-    jitter: Annotated[str | None, typer.Option("--jitter")] = None,
+    cron: Cron = None,
+    every: Every = None,
+    at: At = None,
+    start: Start = None,
+    payload: Payload = None,
+    tz: Tz = None,
+    misfire: Misfire = None,
+    catch_up_cap: CatchUpCap = None,
+    max_catch_up_age: MaxCatchUpAge = None,
+    misfire_grace: MisfireGrace = None,
+    dst_repeated: DstRepeated = None,
+    dst_missing: DstMissing = None,
+    overlap: Overlap = None,
+    jitter: Jitter = None,
     tenant: Tenant = DEFAULT_TENANT,
     sensitive: Annotated[
         bool | None,
@@ -272,9 +293,9 @@ def edit(
         list[str] | None,
         typer.Option("--meta", help="KEY=VALUE to set (KEY= removes it); repeat for more."),
     ] = None,
-    max_attempts: Annotated[int | None, typer.Option("--max-attempts")] = None,
-    retry_backoff: Annotated[str | None, typer.Option("--retry-backoff")] = None,
-    retry_backoff_cap: Annotated[str | None, typer.Option("--retry-backoff-cap")] = None,
+    max_attempts: MaxAttempts = None,
+    retry_backoff: RetryBackoff = None,
+    retry_backoff_cap: RetryBackoffCap = None,
     expect_version: Annotated[
         int | None,
         typer.Option(
@@ -283,85 +304,19 @@ def edit(
     ] = None,
     as_json: Json = False,
 ) -> None:
-    """Change a schedule: only what you give changes. A new trigger, zone or jitter fires
-    from the first slot after now. A sensitive schedule (or making one sensitive or not)
-    needs a second operator's approval."""
+    """Change a schedule: only what you give changes (the [default: ...] of an option is what
+    `add` takes; here a missing option leaves the value as it is). A new trigger, zone or
+    jitter fires from the first slot after now. A sensitive schedule (or making one sensitive
+    or not) needs a second operator's approval."""
+    options = dict(locals())
+    for local in ("ctx", "name", "tenant", "as_json", "expect_version"):
+        del options[local]
     with open_existing(ctx) as engine:
         current = engine.service.get(name, tenant=tenant, actor=operator())
-        trigger: Trigger = current.trigger
-        if any(v is not None for v in (cron, every, at)):
-            # A new cron keeps the DST rules it had unless they are given: an edit changes
-            # only what it is given.
-            was = current.trigger if isinstance(current.trigger, CronTrigger) else None
-            trigger = build_trigger(
-                cron=cron,
-                every=every,
-                at=at,
-                start=start,
-                tz=tz or current.timezone,
-                repeated=dst_repeated or (was.repeated if was and cron is not None else None),
-                missing=dst_missing or (was.missing if was and cron is not None else None),
-                now_ms=engine.clock.now_ms(),
-            )
-            same_period = (
-                isinstance(trigger, IntervalTrigger)
-                and isinstance(current.trigger, IntervalTrigger)
-                and trigger.every_ms == current.trigger.every_ms
-            )
-            if same_period and start is None:
-                trigger = current.trigger  # the same interval: keep its slots where they are
-        elif start is not None:
-            raise InvalidInput("--start applies only with a new --every")
-        elif dst_repeated or dst_missing:
-            if not isinstance(trigger, CronTrigger):
-                raise InvalidInput("--dst-repeated and --dst-missing apply only to cron schedules")
-            trigger = CronTrigger(
-                trigger.expression, dst_repeated or trigger.repeated, dst_missing or trigger.missing
-            )
-        kind = misfire or current.misfire.kind
-        if catch_up_cap is not None and kind is not MisfireKind.EACH:
-            raise InvalidInput("--catch-up-cap applies only to --misfire each")
-        metadata = dict(current.metadata)
-        for key, value in parse_meta(meta or []).items():
-            if value:
-                metadata[key] = value
-            else:
-                metadata.pop(key, None)
-        retry = current.retry
-        spec = ScheduleSpec(
-            name=name,
-            trigger=trigger,
-            command=command or current.command,
-            payload=current.payload if payload is None else parse_payload(payload),
-            timezone=tz or current.timezone,
-            tenant=tenant,
-            misfire=MisfirePolicy(
-                kind,
-                current.misfire.catch_up_cap if catch_up_cap is None else catch_up_cap,
-                current.misfire.max_age_ms
-                if max_catch_up_age is None
-                else parse_duration(max_catch_up_age, what="maximum catch-up age"),
-                current.misfire.grace_ms
-                if misfire_grace is None
-                else parse_duration(misfire_grace, what="misfire grace"),
-            ),
-            overlap=overlap or current.overlap,
-            jitter_ms=current.jitter_ms
-            if jitter is None
-            else parse_duration(jitter, what="jitter"),
-            sensitive=current.sensitive if sensitive is None else sensitive,
-            metadata=metadata,
-            retry=RetryPolicy(
-                max_attempts=retry.max_attempts if max_attempts is None else max_attempts,
-                backoff_ms=retry.backoff_ms
-                if retry_backoff is None
-                else parse_duration(retry_backoff, what="retry backoff"),
-                backoff_cap_ms=retry.backoff_cap_ms
-                if retry_backoff_cap is None
-                else parse_duration(retry_backoff_cap, what="retry backoff cap"),
-            ),
+        changes = DefinitionOptions(**options).patch(tz or current.timezone)
+        updated = engine.service.patch(
+            name, changes, actor=operator(), tenant=tenant, expected_version=expect_version
         )
-        updated = engine.service.update(spec, actor=operator(), expected_version=expect_version)
         if as_json:
             emit_json(schedule_json(updated))
         elif updated.version == current.version:

@@ -22,27 +22,13 @@ def _instant(ms: int | None) -> str | None:
 
 
 def schedule_json(s: Schedule) -> dict[str, Any]:
+    """The definition as ScheduleSpec.to_json spells it everywhere (the control socket, audit
+    entries), then the schedule's state; instants as ISO 8601 UTC."""
+    definition = s.spec.to_json()
+    definition["trigger"]["description"] = s.trigger.describe()
     return {
         "id": s.id,
-        "tenant": s.tenant,
-        "name": s.name,
-        "trigger": {
-            "kind": s.trigger.kind,
-            **s.trigger.to_spec(),
-            "description": s.trigger.describe(),
-        },
-        "timezone": s.timezone,
-        "command": s.command,
-        "payload": dict(s.payload),
-        "misfire": {
-            "policy": s.misfire.kind.value,
-            "catch_up_cap": s.misfire.catch_up_cap,
-            "max_catch_up_age_ms": s.misfire.max_age_ms,
-            "grace_ms": s.misfire.grace_ms,
-        },
-        "overlap": s.overlap.value,
-        "jitter_ms": s.jitter_ms,
-        "retry": s.retry.to_json(),
+        **definition,
         "origin": s.origin.value,
         "status": s.status.value,
         "pause_note": s.pause_note,
@@ -51,8 +37,6 @@ def schedule_json(s: Schedule) -> dict[str, Any]:
         "override": None
         if s.override is None
         else {**s.override.to_json(), "at": _instant(s.override.at)},
-        "sensitive": s.sensitive,
-        "metadata": dict(s.metadata),
         "version": s.version,
         "next_slot_at": _instant(s.next_slot_at),
         "next_fire_at": _instant(s.next_fire_at),
