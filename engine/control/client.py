@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import socket
 import time
+import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
 
 from engine.commands import CommandRegistry
 from engine.control.codec import from_wire
+from engine.control.protocol import LOCAL_ONLY, VERBS, Verb, not_remote, request_of, result_of
 from engine.control.wire import (
     MAX_LINE,
     VERSION,
@@ -27,26 +30,24 @@ from engine.control.wire import (
     decode,
     encode,
     error_from_json,
-    spec_to_json,
 )
-from engine.domain.access import Grant, Role
+from engine.domain.access import Grant
 from engine.domain.approvals import Approval, ApprovalRequired, ApprovalState
 from engine.domain.audit import AuditEntry, ChainPoint, KeyRing
 from engine.domain.clock import Clock
 from engine.domain.errors import InvalidInput, StorageError, VortosError
 from engine.domain.preview import PreviewSlot
 from engine.domain.run import Run
-from engine.domain.schedule import DEFAULT_TENANT, Schedule, ScheduleSpec, ScheduleStatus
+from engine.domain.schedule import DEFAULT_TENANT, Schedule, ScheduleStatus
 from engine.governance.audit import ChainReport, Verification, export
 from engine.governance.doctor import Finding, Report
 from engine.ports.audit import AuditLog
 from engine.ports.fire_queue import Fire
 from engine.ports.retention import RetentionOverride
 from engine.ports.runs import RunQuery
-from engine.ports.storage import Storage
 from engine.retention import PruneReport, RetentionSettings
 from engine.retention.sweeper import Wait
-from engine.service import BackfillReport, RetentionView, ScheduleService
+from engine.service import RetentionView
 from engine.service.audit_trail import AUDIT_PAGE_MAX
 
 T = TypeVar("T")
@@ -178,14 +179,41 @@ class NoDatabase:
         )
 
 
-class RemoteService(ScheduleService):
-    """ScheduleService whose reads and changes are made by the control socket's server, as this
-    process's account: it holds no storage. `actor` arguments are ignored: the server knows who
-    is asking, and narrows every read to what that account may view."""
+if TYPE_CHECKING:
+    # To the type checker a RemoteService offers every ScheduleService call, with its
+    # signature (callers hold either as `engine.service`); at run time it inherits nothing:
+    # what it does not define goes to __getattr__, a verb or NotRemote.
+    from engine.service import ScheduleService as _ServiceCalls
+else:
+    _ServiceCalls = object
+
+
+class RemoteService(_ServiceCalls):
+    """The service's calls, made by the control socket's server as this process's account: it
+    holds no storage. `actor` arguments are ignored: the server knows who is asking, and
+    narrows every read to what that account may view.
+
+    Composition, not inheritance: a change verb is the protocol's (engine.control.protocol),
+    a read is one of the methods below, and any other ScheduleService call raises NotRemote
+    instead of running here, against no database."""
+
+    access = None  # the server checks access; this side trusts nothing it could decide
 
     def __init__(self, client: ControlClient, clock: Clock, commands: CommandRegistry) -> None:
-        super().__init__(cast("Storage", NoDatabase(client.path)), clock, commands, None)
         self.client = client
+        self.clock = clock
+        self.commands = commands
+
+    def __getattr__(self, name: str) -> Any:
+        verb = VERBS.get(name)
+        if verb is not None:
+            return functools.partial(self._change, verb)
+        if name in LOCAL_ONLY:
+            raise not_remote(name)
+        raise AttributeError(name)
+
+    def _change(self, verb: Verb, *args: Any, **kwargs: Any) -> Any:
+        return result_of(verb, self._call(verb.name, **request_of(verb, args, kwargs)))
 
     def whoami(self) -> str:
         """The operator the server sees on this end."""
@@ -318,144 +346,7 @@ class RemoteService(ScheduleService):
             raise ProtocolError("the server's doctor report is not an object")
         return Report(from_wire(list[Finding], done.get("findings")))
 
-    # -- changes ----------------------------------------------------------------------------
-
-    def create(self, spec: ScheduleSpec, *, actor: str) -> Schedule:
-        return self._schedule(self._call("create", spec=spec_to_json(spec)))
-
-    def update(
-        self, spec: ScheduleSpec, *, actor: str, expected_version: int | None = None
-    ) -> Schedule:
-        return self._schedule(
-            self._call("update", spec=spec_to_json(spec), expected_version=expected_version)
-        )
-
-    def pause(
-        self,
-        name: str,
-        *,
-        actor: str,
-        tenant: str = DEFAULT_TENANT,
-        note: str | None = None,
-        expected_version: int | None = None,
-    ) -> Schedule:
-        return self._schedule(
-            self._call(
-                "pause", name=name, tenant=tenant, note=note, expected_version=expected_version
-            )
-        )
-
-    def resume(
-        self,
-        name: str,
-        *,
-        actor: str,
-        tenant: str = DEFAULT_TENANT,
-        expected_version: int | None = None,
-        catch_up: bool = False,
-    ) -> Schedule:
-        return self._schedule(
-            self._call(
-                "resume",
-                name=name,
-                tenant=tenant,
-                expected_version=expected_version,
-                catch_up=catch_up,
-            )
-        )
-
-    def clear_override(
-        self,
-        name: str,
-        *,
-        actor: str,
-        tenant: str = DEFAULT_TENANT,
-        expected_version: int | None = None,
-    ) -> Schedule:
-        return self._schedule(
-            self._call(
-                "clear_override", name=name, tenant=tenant, expected_version=expected_version
-            )
-        )
-
-    def delete(
-        self,
-        name: str,
-        *,
-        actor: str,
-        tenant: str = DEFAULT_TENANT,
-        expected_version: int | None = None,
-    ) -> Schedule:
-        return self._schedule(
-            self._call("delete", name=name, tenant=tenant, expected_version=expected_version)
-        )
-
-    def trigger(
-        self,
-        name: str,
-        *,
-        actor: str,
-        tenant: str = DEFAULT_TENANT,
-        expected_version: int | None = None,
-    ) -> Run:
-        done = self._call("trigger", name=name, tenant=tenant, expected_version=expected_version)
-        return from_wire(Run, done.get("run"))
-
-    def backfill(
-        self,
-        name: str,
-        *,
-        start_ms: int,
-        end_ms: int,
-        actor: str,
-        tenant: str = DEFAULT_TENANT,
-        confirmed: bool = False,
-    ) -> BackfillReport:
-        done = self._call(
-            "backfill",
-            name=name,
-            start_ms=start_ms,
-            end_ms=end_ms,
-            tenant=tenant,
-            confirmed=confirmed,
-        )
-        return BackfillReport(**done)
-
-    def requeue(
-        self, run_ids: Sequence[int] | None, *, actor: str, tenant: str | None = None
-    ) -> int:
-        ids = None if run_ids is None else list(run_ids)
-        return int(self._call("requeue", run_ids=ids, tenant=tenant)["count"])
-
-    def purge(self, run_ids: Sequence[int] | None, *, actor: str, tenant: str | None = None) -> int:
-        ids = None if run_ids is None else list(run_ids)
-        return int(self._call("purge", run_ids=ids, tenant=tenant)["count"])
-
-    def approve(self, approval_id: str, *, actor: str, tenant: str | None = None) -> Approval:
-        done = self._call("approve", approval_id=approval_id, tenant=tenant)
-        return from_wire(Approval, done.get("approval"))
-
-    def reject(
-        self, approval_id: str, *, actor: str, reason: str, tenant: str | None = None
-    ) -> Approval:
-        done = self._call("reject", approval_id=approval_id, reason=reason, tenant=tenant)
-        return from_wire(Approval, done.get("approval"))
-
-    def grant_role(self, operator: str, role: Role, *, actor: str, tenant: str = "*") -> bool:
-        done = self._call("grant_role", operator=operator, role=role.value, tenant=tenant)
-        return bool(done["changed"])
-
-    def revoke_role(self, operator: str, role: Role, *, actor: str, tenant: str = "*") -> None:
-        self._call("revoke_role", operator=operator, role=role.value, tenant=tenant)
-
-    def set_retention(
-        self, tenant: str, days: int, *, actor: str, reason: str | None = None
-    ) -> RetentionOverride:
-        done = self._call("set_retention", tenant=tenant, days=days, reason=reason)
-        return from_wire(RetentionOverride, done.get("override"))
-
-    def remove_retention(self, tenant: str, *, actor: str) -> RetentionOverride:
-        return from_wire(RetentionOverride, self._call("remove_retention", tenant=tenant))
+    # -- changes (the protocol's verbs, but for these two) ---------------------------------
 
     def prune(
         self,
@@ -467,14 +358,14 @@ class RemoteService(ScheduleService):
     ) -> PruneReport:
         """A sweep made by the server (with its sweeper's settings), which may take up to its
         time budget."""
-        if settings is not None or wait is not None:
-            raise InvalidInput("a prune through the control socket uses the server's settings")
+        verb = VERBS["prune"]
+        args = request_of(verb, (), {"dry_run": dry_run, "settings": settings, "wait": wait})
         budget_s = self.retention_settings()[0].budget_s
         try:
-            done = self.client.call("prune", {"dry_run": dry_run}, timeout_s=budget_s + 60)
+            done = self.client.call(verb.name, args, timeout_s=budget_s + 60)
         except _Waiting as waiting:  # a prune asks no approval; keep the types honest
             raise InvalidInput(str(waiting)) from None
-        return PruneReport.from_json(done)
+        return typing.cast("PruneReport", result_of(verb, done))
 
     def audit_verify(
         self,

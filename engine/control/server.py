@@ -22,23 +22,14 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from engine.control.codec import to_wire
+from engine.control.protocol import VERBS, handler
 from engine.control.reads import READS
-from engine.control.request import (
-    Args,
-    ControlContext,
-    Handler,
-    flag,
-    integer,
-    maybe_int,
-    maybe_text,
-    run_ids,
-    text,
-)
+from engine.control.request import Args, ControlContext, Handler, flag
 from engine.control.wire import (
     MAX_LINE,
     VERSION,
@@ -47,13 +38,11 @@ from engine.control.wire import (
     decode,
     encode,
     error_to_json,
-    spec_from_json,
 )
-from engine.domain.access import parse_role, validate_operator
+from engine.domain.access import validate_operator
 from engine.domain.approvals import ApprovalRequired
 from engine.domain.audit import KeyRing, parse_point
 from engine.domain.errors import InvalidInput, StorageError, VortosError
-from engine.domain.schedule import Schedule
 from engine.file_modes import group_id
 from engine.governance.audit import verify
 from engine.governance.doctor import Report
@@ -110,158 +99,8 @@ def peer_account(conn: socket.socket) -> tuple[str, int]:
 # -- operations ---------------------------------------------------------------------------------
 
 
-def _schedule(done: Schedule) -> dict[str, Any]:
-    """A change's answer: the schedule as the change left it (the client reads no file)."""
-    return {"schedule_id": done.id, "schedule": to_wire(done)}
-
-
 def _hello(c: ControlContext, a: Args) -> dict[str, Any]:
     return {"operator": c.actor, "version": VERSION}
-
-
-def _create(c: ControlContext, a: Args) -> dict[str, Any]:
-    made = c.service.create(spec_from_json(a.get("spec")), actor=c.actor)
-    return _schedule(made)
-
-
-def _update(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.update(
-        spec_from_json(a.get("spec")),
-        actor=c.actor,
-        expected_version=maybe_int(a, "expected_version"),
-    )
-    return _schedule(done)
-
-
-def _pause(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.pause(
-        text(a, "name"),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-        note=maybe_text(a, "note"),
-        expected_version=maybe_int(a, "expected_version"),
-    )
-    return _schedule(done)
-
-
-def _resume(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.resume(
-        text(a, "name"),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-        expected_version=maybe_int(a, "expected_version"),
-        catch_up=flag(a, "catch_up"),
-    )
-    return _schedule(done)
-
-
-def _clear_override(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.clear_override(
-        text(a, "name"),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-        expected_version=maybe_int(a, "expected_version"),
-    )
-    return _schedule(done)
-
-
-def _delete(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.delete(
-        text(a, "name"),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-        expected_version=maybe_int(a, "expected_version"),
-    )
-    return _schedule(done)
-
-
-def _trigger(c: ControlContext, a: Args) -> dict[str, Any]:
-    run = c.service.trigger(
-        text(a, "name"),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-        expected_version=maybe_int(a, "expected_version"),
-    )
-    return {"run_id": run.id, "run": to_wire(run)}
-
-
-def _backfill(c: ControlContext, a: Args) -> dict[str, Any]:
-    report = c.service.backfill(
-        text(a, "name"),
-        start_ms=integer(a, "start_ms"),
-        end_ms=integer(a, "end_ms"),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-        confirmed=flag(a, "confirmed"),
-    )
-    return asdict(report)
-
-
-def _requeue(c: ControlContext, a: Args) -> dict[str, Any]:
-    count = c.service.requeue(run_ids(a), actor=c.actor, tenant=maybe_text(a, "tenant"))
-    return {"count": count}
-
-
-def _purge(c: ControlContext, a: Args) -> dict[str, Any]:
-    count = c.service.purge(run_ids(a), actor=c.actor, tenant=maybe_text(a, "tenant"))
-    return {"count": count}
-
-
-def _approve(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.approve(text(a, "approval_id"), actor=c.actor, tenant=maybe_text(a, "tenant"))
-    return {"approval_id": done.id, "approval": to_wire(done)}
-
-
-def _reject(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.reject(
-        text(a, "approval_id"),
-        actor=c.actor,
-        reason=text(a, "reason"),
-        tenant=maybe_text(a, "tenant"),
-    )
-    return {"approval_id": done.id, "approval": to_wire(done)}
-
-
-def _grant(c: ControlContext, a: Args) -> dict[str, Any]:
-    changed = c.service.grant_role(
-        validate_operator(text(a, "operator")),
-        parse_role(text(a, "role")),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-    )
-    return {"changed": changed}
-
-
-def _revoke(c: ControlContext, a: Args) -> dict[str, Any]:
-    c.service.revoke_role(
-        validate_operator(text(a, "operator")),
-        parse_role(text(a, "role")),
-        actor=c.actor,
-        tenant=text(a, "tenant"),
-    )
-    return {}
-
-
-def _set_retention(c: ControlContext, a: Args) -> dict[str, Any]:
-    done = c.service.set_retention(
-        text(a, "tenant"), integer(a, "days"), actor=c.actor, reason=maybe_text(a, "reason")
-    )
-    return {"tenant": done.tenant, "override": to_wire(done)}
-
-
-def _remove_retention(c: ControlContext, a: Args) -> dict[str, Any]:
-    before = c.service.remove_retention(text(a, "tenant"), actor=c.actor)
-    return {
-        "tenant": before.tenant,
-        "days": before.days,
-        "reason": before.reason,
-        "set_by": before.set_by,
-        "set_at": before.set_at,
-    }
-
-
-def _prune(c: ControlContext, a: Args) -> dict[str, Any]:
-    return c.service.prune(actor=c.actor, dry_run=flag(a, "dry_run")).to_json()
 
 
 def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
@@ -298,25 +137,11 @@ def _audit_verify(c: ControlContext, a: Args) -> dict[str, Any]:
     }
 
 
+# The change verbs come from the protocol's table (one handler each, derived from the
+# service method); the reads from reads.py; two more are the socket's own.
 OPERATIONS: dict[str, Handler] = {
     "hello": _hello,
-    "create": _create,
-    "update": _update,
-    "pause": _pause,
-    "resume": _resume,
-    "clear_override": _clear_override,
-    "delete": _delete,
-    "trigger": _trigger,
-    "backfill": _backfill,
-    "requeue": _requeue,
-    "purge": _purge,
-    "approve": _approve,
-    "reject": _reject,
-    "grant_role": _grant,
-    "revoke_role": _revoke,
-    "set_retention": _set_retention,
-    "remove_retention": _remove_retention,
-    "prune": _prune,
+    **{name: handler(verb) for name, verb in VERBS.items()},
     "audit_verify": _audit_verify,
     **READS,
 }

@@ -12,15 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from engine.domain.approvals import ApprovalRequired
-from engine.domain.errors import InvalidInput, VortosError
-from engine.domain.retry import RetryPolicy
-from engine.domain.schedule import (
-    MisfireKind,
-    MisfirePolicy,
-    OverlapPolicy,
-    ScheduleSpec,
-)
-from engine.domain.triggers import IntervalTrigger, trigger_from_spec
+from engine.domain.errors import VortosError
 
 VERSION = 1
 MAX_LINE = 1 << 20  # bytes in one request or answer; a schedule's payload is far smaller
@@ -71,67 +63,6 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise ProtocolError(f"a message with the key {json.dumps(key)} twice")
         found[key] = value
     return found
-
-
-# -- schedule specs -----------------------------------------------------------------------------
-
-
-def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:
-    return {
-        "name": spec.name,
-        "trigger": {"kind": spec.trigger.kind, **spec.trigger.to_spec()},
-        # An interval given no start: its anchor is left open in a four-eyes request.
-        "anchored": not isinstance(spec.trigger, IntervalTrigger) or spec.trigger.anchored,
-        "command": spec.command,
-        "payload": dict(spec.payload),
-        "timezone": spec.timezone,
-        "tenant": spec.tenant,
-        "misfire": {
-            "kind": spec.misfire.kind.value,
-            "catch_up_cap": spec.misfire.catch_up_cap,
-            "max_age_ms": spec.misfire.max_age_ms,
-            "grace_ms": spec.misfire.grace_ms,
-        },
-        "overlap": spec.overlap.value,
-        "jitter_ms": spec.jitter_ms,
-        "sensitive": spec.sensitive,
-        "metadata": dict(spec.metadata),
-        "retry": spec.retry.to_json(),
-    }
-
-
-def spec_from_json(value: Any) -> ScheduleSpec:
-    """A spec as sent; anything malformed is InvalidInput (the service validates the rest)."""
-    try:
-        trigger = dict(value["trigger"])
-        kind = trigger.pop("kind")
-        misfire = value["misfire"]
-        built = trigger_from_spec(str(kind), trigger)
-        if isinstance(built, IntervalTrigger) and value.get("anchored", True) is False:
-            built = IntervalTrigger(built.every_ms, built.anchor_ms, anchored=False)
-        return ScheduleSpec(
-            name=str(value["name"]),
-            trigger=built,
-            command=str(value["command"]),
-            payload=dict(value["payload"]),
-            timezone=str(value["timezone"]),
-            tenant=str(value["tenant"]),
-            misfire=MisfirePolicy(
-                kind=MisfireKind(misfire["kind"]),
-                catch_up_cap=int(misfire["catch_up_cap"]),
-                max_age_ms=int(misfire["max_age_ms"]),
-                grace_ms=int(misfire["grace_ms"]),
-            ),
-            overlap=OverlapPolicy(value["overlap"]),
-            jitter_ms=int(value["jitter_ms"]),
-            sensitive=bool(value["sensitive"]),
-            metadata={str(k): str(v) for k, v in dict(value["metadata"]).items()},
-            retry=RetryPolicy.from_json(dict(value["retry"])),
-        )
-    except InvalidInput:
-        raise
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InvalidInput(f"malformed schedule in the request: {exc}") from None
 
 
 # -- errors -------------------------------------------------------------------------------------

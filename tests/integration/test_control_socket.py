@@ -34,7 +34,7 @@ from engine.control import (
     ServerBusy,
 )
 from engine.control.server import ConnectionLimits
-from engine.control.wire import MAX_LINE, decode, encode, spec_to_json
+from engine.control.wire import MAX_LINE, decode, encode
 from engine.domain.access import Grant, PermissionDenied, Role
 from engine.domain.approvals import ApprovalRequired
 from engine.domain.audit import tenant_chain
@@ -462,7 +462,7 @@ def test_a_prune_through_the_socket_is_made_by_the_server(
 
 def _create_line(payload_json: str) -> bytes:
     """A create request whose spec's payload is this JSON text, as a raw client may send it."""
-    message = json.dumps({"v": 1, "op": "create", "args": {"spec": spec_to_json(spec("odd"))}})
+    message = json.dumps({"v": 1, "op": "create", "args": {"spec": spec("odd").to_json()}})
     return message.replace('"payload": {}', f'"payload": {payload_json}', 1).encode() + b"\n"
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from engine import Engine, IntervalTrigger, ScheduleSpec
-from engine.control.wire import VERSION, spec_to_json
+from engine.control.wire import VERSION
 from engine.domain.access import Grant, Role
 from engine.domain.timeutil import DAY_MS
 from tests.security.deployment import ROOT, Accounts, Deployment, accounts, deployment, needs_root
@@ -195,7 +195,7 @@ def _raw_refused(answer: dict[str, Any], *needles: str) -> None:
 
 def _spec_json(name: str, payload: dict[str, Any]) -> dict[str, Any]:
     """A create request's spec, with `payload` put in as it is (NUL bytes and all)."""
-    spec = spec_to_json(ScheduleSpec(name, IntervalTrigger(DAY_MS, 0), "process", {"argv": [ECHO]}))
+    spec = ScheduleSpec(name, IntervalTrigger(DAY_MS, 0), "process", {"argv": [ECHO]}).to_json()
     spec["payload"] = payload
     return spec
 
