@@ -375,6 +375,18 @@ def load_settings(
     return Settings(values, plugin_options)
 
 
+def defaults(**values: object) -> Settings:
+    """The table's defaults with `values` in place (as flags are: already typed, taken as
+    they are, source "argument"), nothing read from a file or the environment: the settings
+    of code that opens an engine itself (`open_engine(db, redis_url=...)`)."""
+    unknown = sorted(set(values) - set(BY_NAME))
+    if unknown:
+        raise InvalidInput(f"unknown setting(s) {', '.join(unknown)} (known: {', '.join(BY_NAME)})")
+    chosen = {s.name: Value(s.default, "default") for s in SETTINGS}
+    chosen.update({name: Value(value, "argument") for name, value in values.items()})
+    return Settings(chosen)
+
+
 def parse_option(name: str, raw: Any) -> Any:
     """A command's own option for setting `name` (such as run's --redis-url), checked and
     refused as the setting is."""

@@ -35,10 +35,17 @@ from engine.config import BY_NAME, load_settings
 from engine.domain.access import Grant, Identity, Operation, PermissionDenied, Role
 from engine.domain.audit import tenant_chain
 from engine.domain.run import RunState
-from engine.extensions import Builder, build_runtime, doctor_checks
 from engine.governance.doctor import DoctorContext, Status, run_checks
 from engine.governance.policy import RoleBasedPolicy, StoredIdentities
-from engine.plugins import PORT_BY_SETTING, PORTS, PluginContext, PluginError, find, select_plugins
+from engine.plugins.registry import (
+    PORT_BY_SETTING,
+    PORTS,
+    PluginContext,
+    PluginError,
+    find,
+    select_plugins,
+)
+from engine.plugins.runtime import Builder, build_runtime, doctor_checks
 from engine.ports.fire_queue import FireQuery
 from engine.ports.lease import LEADER_LEASE
 from engine.ports.runs import RunQuery

@@ -23,7 +23,6 @@ from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.domain.redact import scrub
 from engine.governance.audit import ChainReport, verify
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, key_source, load_keyring
-from engine.plugins import Selection
 from engine.ports.diagnostics import Diagnostics
 from engine.ports.storage import Storage
 
@@ -302,3 +301,10 @@ def default_checks() -> list[Check]:
         PluginsServing(),
         PluginsHealth(),
     ]
+
+
+# Imported last: engine.plugins, the package of this registry, takes Check, DoctorContext,
+# Finding and Status from this module for its public surface, so importing it before they are
+# defined would be circular. The name is needed at run time only to resolve DoctorContext's
+# annotations (typing.get_type_hints).
+from engine.plugins.registry import Selection  # noqa: E402

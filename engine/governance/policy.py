@@ -4,7 +4,6 @@ admin of a database."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from engine.domain.access import (
     ANY_TENANT,
@@ -24,9 +23,6 @@ from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.ports.policy import Decision, IdentityProvider, Policy
 from engine.ports.storage import Storage
-
-if TYPE_CHECKING:
-    from engine.plugins import PluginContext
 
 log = logging.getLogger("vortos.policy")
 
@@ -69,16 +65,6 @@ class StoredIdentities:
 
     def identity(self, operator: str) -> Identity:
         return Identity(operator, tuple(self._storage.operators.grants(operator)))
-
-
-def role_based_policy(context: PluginContext) -> Policy:
-    """The built-in policy (policy = "rbac"), as a plug-in factory."""
-    return RoleBasedPolicy()
-
-
-def stored_identities(context: PluginContext) -> IdentityProvider:
-    """The built-in identities (identity_provider = "operators"), as a plug-in factory."""
-    return StoredIdentities(context.storage)
 
 
 class AccessControl:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from engine.domain.access import Grant, Identity, Operation, Role
 
@@ -14,6 +14,7 @@ class Decision:
     reason: str  # when refused: what is missing, in words an operator can act on
 
 
+@runtime_checkable
 class Policy(Protocol):
     """One decision per operation. `tenant` is the tenant the operation touches (None for
     operations on the whole installation). Must not raise for a refusal: return it."""
@@ -21,6 +22,7 @@ class Policy(Protocol):
     def decide(self, identity: Identity, operation: Operation, tenant: str | None) -> Decision: ...
 
 
+@runtime_checkable
 class IdentityProvider(Protocol):
     """Who an operator is: their grants, as stored (or from a directory)."""
 

@@ -37,7 +37,7 @@ from engine.governance.doctor import (
     default_checks,
     run_checks,
 )
-from engine.plugins import select_plugins
+from engine.plugins.registry import select_plugins
 from engine.ports.fire_queue import Outcome, Settlement
 from engine.ports.lease import shard_lease
 from engine.ports.plugin_state import PluginHealth

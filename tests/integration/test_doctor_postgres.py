@@ -26,7 +26,7 @@ from engine.domain.audit import KeyRing
 from engine.domain.timeutil import MINUTE_MS
 from engine.governance.checks import SKEW_FAIL_MS, SKEW_WARN_MS, ClockSkew
 from engine.governance.doctor import DoctorContext, Finding, Status, default_checks, run_checks
-from engine.plugins import select_plugins
+from engine.plugins.registry import select_plugins
 from engine.ports.diagnostics import Diagnostics
 from engine.retention.command import SWEEP_SCHEDULE, SWEEP_TENANT, retention_schedule
 from tests.conftest import T0, run_cli

@@ -23,7 +23,7 @@ from engine.domain.audit import SYSTEM_CHAIN, AuditEntry, tenant_chain
 from engine.domain.clock import ManualClock, SystemClock
 from engine.domain.errors import LeaseNotOwned
 from engine.domain.run import RunKind, RunState
-from engine.plugins import PORT_BY_SETTING, PluginContext, PluginError, find
+from engine.plugins.registry import PORT_BY_SETTING, PluginContext, PluginError, find
 from engine.ports.audit_sink import AuditSink
 from engine.ports.lease import LEADER_LEASE, Lease, LeasePort
 from engine.ports.runs import RunQuery
@@ -67,7 +67,7 @@ class TestJsonlAuditSink(AuditSinkConformance):
 # --- found by name -----------------------------------------------------------------------
 
 
-def context(setting: str, name: str, db: Path | str, **options: object) -> PluginContext:
+def context(setting: str, name: str, db: Path | str, **options: str) -> PluginContext:
     return PluginContext(
         setting=setting,
         name=name,
@@ -96,6 +96,7 @@ def test_filelock_keeps_its_leases_beside_the_database_file(tmp_path: Path) -> N
         context("lease_driver", "filelock", tmp_path / "vortos.db")
     )
 
+    assert isinstance(leases, FileLockLease)
     assert leases.directory == tmp_path / "vortos.db.leases"
 
 
@@ -104,6 +105,7 @@ def test_filelock_directory_option_chooses_the_directory(tmp_path: Path) -> None
         context("lease_driver", "filelock", tmp_path / "vortos.db", directory=str(tmp_path / "l"))
     )
 
+    assert isinstance(leases, FileLockLease)
     assert leases.directory == tmp_path / "l"
     assert leases.directory.is_dir()
 
@@ -128,6 +130,7 @@ def test_jsonl_is_found_by_name_through_its_entry_point(tmp_path: Path) -> None:
 
     assert plugin.source.startswith(f"entry point of {DISTRIBUTION}")
     sink = plugin.build(context("audit_sinks", "jsonl", tmp_path / "vortos.db"))
+    assert isinstance(sink, JsonlAuditSink)
     try:
         sink.deliver(entries)
     finally:
@@ -140,6 +143,7 @@ def test_jsonl_path_option_chooses_the_file(tmp_path: Path) -> None:
     sink = find(PORT_BY_SETTING["audit_sinks"], "jsonl").build(
         context("audit_sinks", "jsonl", tmp_path / "vortos.db", path=str(tmp_path / "a/b.jsonl"))
     )
+    assert isinstance(sink, JsonlAuditSink)
     sink.close()
 
     assert sink.path == tmp_path / "a" / "b.jsonl"

@@ -1,4 +1,4 @@
-"""engine.plugins (finding and building what a setting names) and the settings that name
+"""engine.plugins.registry (finding and building what a setting names) and the settings that name
 plug-ins (engine.config): built-in names, installed entry points, dotted paths in both forms,
 and every way a name can be wrong, each refused by a PluginError that says what is wrong."""
 
@@ -9,15 +9,14 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from engine.config import load_settings
+from engine.config import Settings, load_settings
 from engine.domain.clock import ManualClock
 from engine.domain.errors import InvalidInput
-from engine.plugins import (
+from engine.plugins.registry import (
     PORT_BY_SETTING,
     Plugin,
     PluginContext,
@@ -35,7 +34,7 @@ EXAMPLES = "entry point of vortos-example-plugins"
 
 LEASES_MODULE = """
 from engine.domain.errors import InvalidInput
-from engine.plugins import PluginError
+from engine.plugins.registry import PluginError
 
 
 class Lease:
@@ -106,7 +105,7 @@ def package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         del sys.modules[module]
 
 
-def context(setting: str = "lease_driver", name: str = "x", **options: Any) -> PluginContext:
+def context(setting: str = "lease_driver", name: str = "x", **options: str) -> PluginContext:
     return PluginContext(
         setting=setting,
         name=name,
@@ -129,11 +128,11 @@ def refused(port_setting: str, value: str) -> str:
 @pytest.mark.parametrize(
     ("setting", "name", "target"),
     [
-        ("lease_driver", "row", "engine.backends.lease_drivers:row_driver"),
-        ("lease_driver", "advisory", "engine.backends.lease_drivers:advisory_driver"),
-        ("lease_driver", "redis", "engine.backends.lease_drivers:redis_driver"),
-        ("policy", "rbac", "engine.governance.policy:role_based_policy"),
-        ("identity_provider", "operators", "engine.governance.policy:stored_identities"),
+        ("lease_driver", "row", "engine.plugins.builtins:row_driver"),
+        ("lease_driver", "advisory", "engine.plugins.builtins:advisory_driver"),
+        ("lease_driver", "redis", "engine.plugins.builtins:redis_driver"),
+        ("policy", "rbac", "engine.plugins.builtins:role_based_policy"),
+        ("identity_provider", "operators", "engine.plugins.builtins:stored_identities"),
     ],
 )
 def test_a_builtin_name_is_found_and_imported(setting: str, name: str, target: str) -> None:
@@ -224,8 +223,8 @@ def test_the_factory_is_given_the_context(package: str) -> None:
 
     built = find(LEASE, f"{package}.leases:Lease").build(given)
 
-    assert built.context is given
-    assert built.context.options == {"directory": "/var/lib/locks"}
+    assert vars(built)["context"] is given
+    assert given.options == {"directory": "/var/lib/locks"}
 
 
 def test_a_path_to_a_missing_module_is_refused(package: str) -> None:
@@ -332,18 +331,9 @@ def test_a_plugin_error_is_invalid_input() -> None:
 # --- selecting every plug-in the settings name -------------------------------------------
 
 
-def settings(**values: Any) -> SimpleNamespace:
-    chosen: dict[str, Any] = {
-        "lease_driver": "row",
-        "policy": "rbac",
-        "identity_provider": "operators",
-        "enqueuer": None,
-        "audit_sinks": (),
-        "metrics": (),
-        "doctor_checks": (),
-    }
-    chosen.update(values)
-    return SimpleNamespace(**chosen)
+def settings(**values: object) -> Settings:
+    """The default settings with `values` in place, as flags give them: taken as they are."""
+    return load_settings(flags=values, config=None, env={})
 
 
 def test_the_default_settings_select_the_builtins() -> None:

@@ -12,9 +12,9 @@ from engine import open_engine
 from engine.api import default_node_id
 from engine.control import RemoteService
 from engine.domain.errors import VortosError
-from engine.extensions import Builder, doctor_checks
 from engine.governance.doctor import DoctorContext, Report, Status, default_checks, run_checks
-from engine.plugins import PluginError, Selection
+from engine.plugins.registry import PluginError, Selection
+from engine.plugins.runtime import Builder, doctor_checks
 from vortos_tui.cli.context import CliState, state
 from vortos_tui.cli.output import emit_json, handles_errors, stdout
 

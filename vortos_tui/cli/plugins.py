@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine.domain.redact import scrub
-from engine.plugins import PORTS, PluginError, available, find, installed
+from engine.plugins.registry import PORTS, PluginError, available, find, installed
 from vortos_tui.cli.context import state
 from vortos_tui.cli.output import emit_json, handles_errors, stdout
 

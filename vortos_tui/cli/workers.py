@@ -17,7 +17,6 @@ from engine.domain.database import Database, parse_database
 from engine.domain.errors import InvalidInput
 from engine.domain.redact import ScrubbingFormatter
 from engine.domain.timeutil import format_duration, parse_duration
-from engine.extensions import Builder, Runtime, build_runtime
 from engine.governance.deadman import DeadmanWatch, Judgement
 from engine.observability import (
     NULL_OBSERVER,
@@ -29,6 +28,7 @@ from engine.observability import (
     serve_metrics,
     tracing,
 )
+from engine.plugins.runtime import Builder, Runtime, build_runtime
 from engine.ports.enqueuer import Enqueuer
 from engine.retention import PruneReport, attach_sweeper
 from engine.runtime.consumer import DEFAULT_CONCURRENCY, MIN_CLAIM_TTL_MS

@@ -11,8 +11,8 @@ import threading
 from collections.abc import Callable
 
 from engine import Engine, FireQueueConsumer, SchedulerDaemon
-from engine.extensions import Runtime
 from engine.observability.observer import Observers
+from engine.plugins.runtime import Runtime
 from engine.ports.dispatch import DispatchReport
 from vortos_tui.console.context import NodeRole, NodeStatus
 
@@ -32,7 +32,8 @@ class EngineHost:
         plugins: Runtime | None = None,
     ) -> None:
         """`plugins`: the enqueuer, metrics backends and audit sinks the settings select
-        (engine.extensions.build_runtime), run here as `vortos run` runs them; closed by stop."""
+        (engine.plugins.runtime.build_runtime), run here as `vortos run` runs them; closed by
+        stop."""
         self.node_id = node_id
         self.plugins = plugins or Runtime()
         observer = Observers(*self.plugins.observers())

@@ -16,19 +16,25 @@ came from.
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import Any, TypeAlias
 
+from engine.config import Settings
 from engine.domain.clock import Clock
 from engine.domain.database import Database
 from engine.domain.errors import InvalidInput
+from engine.domain.values import TomlValue
+from engine.ports.policy import IdentityProvider, Policy
 
-log = logging.getLogger("vortos.plugins")
+# What a factory returns is checked against its port by name (Port.required) when it is built;
+# its type is the port's, which the caller that asked for that port knows.
+Factory: TypeAlias = Callable[["PluginContext"], object]
 
-Factory = Callable[["PluginContext"], Any]
+# The built-in implementation a plug-in may add to: the role-based policy for `policy`, the
+# stored identities for `identity_provider`, None for every other port.
+BuiltIn: TypeAlias = Policy | IdentityProvider | None
 
 
 class PluginError(InvalidInput):
@@ -40,9 +46,10 @@ class PluginContext:
     """What a plug-in's factory is given.
 
     `options` is the plug-in's own table in vortos.toml (`[plugin.<name>]`, empty when there is
-    none). `default` is the built-in implementation the port would otherwise have (the
-    role-based policy, the stored identities), for a plug-in that adds to it rather than
-    replacing it; None where there is none.
+    none), as TOML values. `default` is the built-in implementation the port would otherwise
+    have (the role-based policy, the stored identities), for a plug-in that adds to it rather
+    than replacing it; None where there is none. Both ports are runtime-checkable protocols,
+    so `isinstance(context.default, Policy)` tells a policy plug-in what it was given.
     """
 
     setting: str  # the setting that selected it, e.g. "lease_driver"
@@ -50,11 +57,13 @@ class PluginContext:
     clock: Clock
     db: Database
     node_id: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-    default: Any = None
-    # The effective settings (engine.config.Settings) and the opened store (engine.ports
-    # Storage); the built-in drivers use them, most plug-ins never need to.
-    settings: Any = None
+    options: Mapping[str, TomlValue] = field(default_factory=dict)
+    default: BuiltIn = None
+    # The effective settings and the opened store; the built-in drivers use them, most
+    # plug-ins never need to. None where the process has none (a context built by a test).
+    settings: Settings | None = None
+    # engine.ports.storage.Storage | None once engine/backends/lease_drivers.py no longer passes
+    # it where a Storage is needed (its old factories, replaced by engine.plugins.builtins).
     storage: Any = None
 
 
@@ -80,9 +89,9 @@ PORTS: tuple[Port, ...] = (
         many=False,
         required=("acquire", "renew", "release", "current"),
         builtins={
-            "row": "engine.backends.lease_drivers:row_driver",
-            "advisory": "engine.backends.lease_drivers:advisory_driver",
-            "redis": "engine.backends.lease_drivers:redis_driver",
+            "row": "engine.plugins.builtins:row_driver",
+            "advisory": "engine.plugins.builtins:advisory_driver",
+            "redis": "engine.plugins.builtins:redis_driver",
         },
     ),
     Port("enqueuer", "vortos.enqueuers", "enqueuer", many=False, required=("enqueue", "close")),
@@ -92,7 +101,7 @@ PORTS: tuple[Port, ...] = (
         "policy",
         many=False,
         required=("decide",),
-        builtins={"rbac": "engine.governance.policy:role_based_policy"},
+        builtins={"rbac": "engine.plugins.builtins:role_based_policy"},
     ),
     Port(
         "identity_provider",
@@ -100,7 +109,7 @@ PORTS: tuple[Port, ...] = (
         "identity provider",
         many=False,
         required=("identity",),
-        builtins={"operators": "engine.governance.policy:stored_identities"},
+        builtins={"operators": "engine.plugins.builtins:stored_identities"},
     ),
     Port(
         "audit_sinks",
@@ -143,7 +152,7 @@ class Plugin:
     def describe(self) -> str:
         return f"{self.name} ({self.source}: {self.target})"
 
-    def build(self, context: PluginContext) -> Any:
+    def build(self, context: PluginContext) -> object:
         """The implementation; PluginError naming the setting when the factory raises or what
         it returns lacks part of the port."""
         try:
@@ -212,8 +221,8 @@ def find(port: Port, value: str) -> Plugin:
             f"{port.setting} = {value!r}: the {port.what} {entry.value} (from {_dist(entry)}) "
             f"failed to import: {type(exc).__name__}: {exc}"
         ) from exc
-    _check_callable(port, value, entry.value, factory)
-    return Plugin(port, value, f"entry point of {_dist(entry)}", entry.value, factory)
+    source = f"entry point of {_dist(entry)}"
+    return Plugin(port, value, source, entry.value, _factory(port, value, entry.value, factory))
 
 
 def _import(port: Port, value: str, target: str) -> Factory:
@@ -241,7 +250,7 @@ def _import(port: Port, value: str, target: str) -> Factory:
             f"{port.setting} = {value!r}: importing {module_name} failed: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -249,17 +258,17 @@ def _import(port: Port, value: str, target: str) -> Factory:
             raise PluginError(
                 f"{port.setting} = {value!r}: {module_name} has no {attr!r}; fix the path"
             ) from None
-    _check_callable(port, value, target, obj)
-    factory: Factory = obj
-    return factory
+    return _factory(port, value, target, obj)
 
 
-def _check_callable(port: Port, value: str, target: str, obj: object) -> None:
+def _factory(port: Port, value: str, target: str, obj: object) -> Factory:
+    """`obj`, which must be callable: what it returns is checked when it is built."""
     if not callable(obj):
         raise PluginError(
             f"{port.setting} = {value!r}: {target} is {_a(type(obj).__name__)}, not a factory; "
             "name a class or a function that takes a PluginContext"
         )
+    return obj
 
 
 def _dist(entry: EntryPoint) -> str:
@@ -311,9 +320,9 @@ def _many(what: str, plugins: Sequence[Plugin], none: str) -> list[tuple[str, st
     return [(what, p.describe()) for p in plugins]
 
 
-def select_plugins(settings: Any) -> Selection:
-    """Find and import every plug-in `settings` name (engine.config.Settings or anything with
-    those attributes). All problems are reported at once, in one PluginError."""
+def select_plugins(settings: Settings) -> Selection:
+    """Find and import every plug-in `settings` name. All problems are reported at once, in one
+    PluginError."""
     problems: list[str] = []
 
     def one(setting: str) -> Plugin | None:
