@@ -80,4 +80,8 @@ DROP TRIGGER audit_entries_no_delete ON audit_entries;
 CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
     FOR EACH ROW EXECUTE FUNCTION vortos_audit_prune_only();
 """,
+    # Trigger kinds are registered in code (engine.domain.triggers), not listed in a CHECK.
+    4: """
+ALTER TABLE schedules DROP CONSTRAINT IF EXISTS schedules_trigger_kind_check;
+""",
 }

@@ -13,7 +13,7 @@ CREATE TABLE schedules (
     id           TEXT PRIMARY KEY,
     tenant       TEXT NOT NULL,
     name         TEXT NOT NULL,
-    trigger_kind TEXT NOT NULL CHECK (trigger_kind IN ('cron', 'interval', 'once')),
+    trigger_kind TEXT NOT NULL,  -- a kind registered in engine.domain.triggers: data, no CHECK
     trigger_spec TEXT NOT NULL,                 -- JSON, see engine.domain.triggers
     timezone     TEXT NOT NULL,                 -- IANA name
     command      TEXT NOT NULL,

@@ -24,7 +24,7 @@ from engine.domain.errors import DatabaseUnreadable, StorageError, VortosError
 from engine.file_modes import create_private, current_file_access
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -268,6 +268,66 @@ WHEN OLD.seq > coalesce((SELECT seq FROM audit_anchors WHERE chain = OLD.chain),
 BEGIN
     SELECT RAISE(ABORT, 'the audit chain is append-only: only archived entries may go');
 END;
+""",
+    12: """
+-- Trigger kinds are registered in code (engine.domain.triggers), not listed in a CHECK: the
+-- schedules table is rebuilt without it (SQLite cannot drop a CHECK in place), its rows and
+-- indexes as they were. Columns are named: an upgraded file added them in its own order.
+CREATE TABLE schedules_rebuilt (
+    id           TEXT PRIMARY KEY,
+    tenant       TEXT NOT NULL,
+    name         TEXT NOT NULL,
+    -- A kind registered in engine.domain.triggers: data, not a CHECK list, so a new trigger
+    -- type needs no table rebuild.
+    trigger_kind TEXT NOT NULL,
+    trigger_spec TEXT NOT NULL,                 -- JSON, see engine.domain.triggers
+    timezone     TEXT NOT NULL,                 -- IANA name
+    command      TEXT NOT NULL,
+    payload      TEXT NOT NULL,                 -- canonical JSON object
+    misfire      TEXT NOT NULL,                 -- JSON {kind, catch_up_cap, max_age_ms, grace_ms}
+    overlap      TEXT NOT NULL,
+    jitter_ms    INTEGER NOT NULL DEFAULT 0,
+    -- CHECKs are written as OR chains: an IN list builds a temporary index at every insert,
+    -- which tripled the cost of a dispatch.
+    status       TEXT NOT NULL
+                 CHECK (status = 'active' OR status = 'paused' OR status = 'disabled'),
+    sensitive    INTEGER NOT NULL DEFAULT 0,
+    metadata     TEXT NOT NULL DEFAULT '{}',
+    pause_note   TEXT,
+    version      INTEGER NOT NULL,              -- optimistic lock on the definition
+    next_slot_at INTEGER,                       -- cursor: first slot not yet resolved
+    next_fire_at INTEGER,                       -- when that slot is due (slot + jitter)
+    created_at   INTEGER NOT NULL,
+    updated_at   INTEGER NOT NULL,
+    -- 'static': declared in code with @scheduled and synced at start (only pause/resume at
+    -- runtime); 'dynamic': created through the service.
+    origin       TEXT NOT NULL DEFAULT 'dynamic'
+                 CHECK (origin = 'dynamic' OR origin = 'static'),
+    retry        TEXT NOT NULL DEFAULT '{}',    -- JSON {max_attempts, backoff_ms, backoff_cap_ms}
+    -- Static schedules: the code declares it paused (@scheduled(paused=True)) ...
+    declared_paused INTEGER NOT NULL DEFAULT 0,
+    -- ... and an operator's pause or resume that outlives deploys until cleared:
+    -- JSON {state, by, at, note}, or NULL.
+    override     TEXT,
+    UNIQUE (tenant, name)
+);
+INSERT INTO schedules_rebuilt (id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, created_at, updated_at, origin, retry, declared_paused, override)
+SELECT id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, created_at, updated_at, origin, retry, declared_paused, override FROM schedules;
+DROP TABLE schedules;
+ALTER TABLE schedules_rebuilt RENAME TO schedules;
+-- The due scan reads only this index: its cost follows the number due, not the number stored.
+CREATE INDEX schedules_due ON schedules (next_fire_at)
+    WHERE status = 'active' AND next_fire_at IS NOT NULL;
+
+-- Fair dispatch: when one tenant has more due than its share of a dispatch transaction, the
+-- others' due schedules are found here, tenant by tenant, wherever they sit in the due order.
+CREATE INDEX schedules_due_by_tenant ON schedules (tenant, next_fire_at)
+    WHERE status = 'active' AND next_fire_at IS NOT NULL;
+
+-- The console counts schedules by state on every refresh: the few that are not active are read
+-- here, the active ones are the rest. Partial, so it never serves (nor slows) an active-only
+-- query such as the due scan, and dispatch never writes it.
+CREATE INDEX schedules_inactive ON schedules (status) WHERE status <> 'active';
 """,
 }
 
