@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.main
+from typer._click.exceptions import ClickException
 
 from engine import (
     CronTrigger,
@@ -202,6 +206,30 @@ class DefinitionOptions:
             backoff_ms=_duration(self.retry_backoff, "retry backoff"),
             backoff_cap_ms=_duration(self.retry_backoff_cap, "retry backoff cap"),
         )
+
+
+# What the console's edit refuses of `edit`'s options: it acts on the row the operator selected,
+# at the version they saw, and shows no JSON.
+NOT_IN_THE_CONSOLE = ("--tenant", "--expect-version", "--json", "--help")
+
+
+def edit_patch(words: Sequence[str], zone: str) -> SchedulePatch:
+    """`vortos schedule edit`'s options (without the name), parsed exactly as the command
+    parses them, as a SchedulePatch: the console's edit takes what the CLI takes. Instants
+    without an offset are read in `zone` (or a --tz given). InvalidInput says what is wrong."""
+    for word in words:
+        if word.split("=", 1)[0] in NOT_IN_THE_CONSOLE:
+            raise InvalidInput(f"{word}: the console edits the schedule you selected, as seen")
+    edit_command = typing.cast("Any", typer.main.get_command(app)).get_command(None, "edit")
+    try:
+        parsed = edit_command.make_context("edit", ["-", *words]).params
+    except ClickException as exc:
+        raise InvalidInput(" ".join(exc.format_message().split())) from None
+    given = {k: v for k, v in parsed.items() if k in DefinitionOptions.__dataclass_fields__}
+    given["meta"] = list(given["meta"]) or None  # click gives () for a repeatable option unused
+    if all(v is None for v in given.values()):
+        raise InvalidInput("give at least one change, e.g. --misfire-grace 5m")
+    return DefinitionOptions(**given).patch(given["tz"] or zone)
 
 
 @app.command("add", epilog=EXIT_CODES)

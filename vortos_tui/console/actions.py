@@ -1,4 +1,4 @@
-"""The console's verbs: pause, resume and trigger a schedule, through ScheduleService.
+"""The console's verbs: pause, resume, trigger and edit a schedule, through ScheduleService.
 
 A verb acts on the row the operator saw. The schedule is read again before acting and the
 change is made only if it is still that row at that version: a schedule paused, changed,
@@ -8,6 +8,7 @@ These calls block (they write); the console runs them on thread workers.
 
 from __future__ import annotations
 
+import shlex
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +17,10 @@ from enum import StrEnum
 from engine import Engine, NotFound, Schedule, ScheduleStatus, StaleVersion, VortosError
 from engine.control import RemoteService
 from engine.domain.access import Operation
+from engine.domain.errors import InvalidInput
+from engine.domain.schedule import changed_fields
 from engine.governance.audit import Progress, Verification, verify
+from vortos_tui.cli.schedule import edit_patch
 
 # Entries per read in the console's verification: progress moves every page.
 VERIFY_PAGE = 2_000
@@ -26,6 +30,7 @@ class Verb(StrEnum):
     PAUSE = "pause"
     RESUME = "resume"
     TRIGGER = "trigger"
+    EDIT = "edit"  # the options of `vortos schedule edit`, typed in its dialog
 
     @property
     def operation(self) -> Operation:
@@ -37,6 +42,7 @@ VERB_OPERATION = {
     Verb.PAUSE: Operation.PAUSE,
     Verb.RESUME: Operation.RESUME,
     Verb.TRIGGER: Operation.TRIGGER,
+    Verb.EDIT: Operation.UPDATE,
 }
 
 
@@ -126,6 +132,8 @@ class ConsoleActions:
                 f"{current.status.value}); nothing was done: look at it again"
             )
         try:
+            if verb is Verb.EDIT:
+                return self._edit(current, ref, note or "")
             if verb is Verb.PAUSE:
                 service.pause(
                     ref.name,
@@ -146,6 +154,21 @@ class ConsoleActions:
         except StaleVersion as exc:
             raise StaleRow(f"{exc}; nothing was done") from None
         return f"triggered {ref.label}: run {run.id}"
+
+    def _edit(self, current: Schedule, ref: ScheduleRef, typed: str) -> str:
+        """The changes typed as `vortos schedule edit` takes them, at the version seen."""
+        try:
+            words = shlex.split(typed)
+        except ValueError as exc:  # an unclosed quote
+            raise InvalidInput(f"the changes cannot be read: {exc}") from None
+        changes = edit_patch(words, current.timezone)
+        done = self._service_engine().service.patch(
+            ref.name, changes, actor=self.operator, tenant=ref.tenant, expected_version=ref.version
+        )
+        if done.version == current.version:
+            return f"{ref.label} already is so: nothing changed"
+        changed = changed_fields(current.spec.to_json(), done.spec.to_json())
+        return f"edited {ref.label} (version {done.version}): {', '.join(changed)}"
 
     def decide(self, verb: str, approval_id: str, reason: str | None = None) -> str:
         """Approve or reject a four-eyes request as this operator (through the service, which

@@ -24,6 +24,7 @@ from textual.worker import get_current_worker
 from engine import Approval, Overview, VortosError
 from engine.domain.access import Operation
 from engine.governance.audit import VerificationCancelled, what_was_checked
+from vortos_tui.cli.flags import as_flags
 from vortos_tui.console import views as _views  # noqa: F401 - registers the built-in views
 from vortos_tui.console.actions import ScheduleRef, Verb, VerifyRun, not_applicable
 from vortos_tui.console.context import ConsoleContext
@@ -32,7 +33,7 @@ from vortos_tui.console.dialogs import Confirmed, ConfirmVerb, HelpScreen, JumpT
 from vortos_tui.console.format import clock_time
 from vortos_tui.console.views.base import LiveView
 from vortos_tui.console.views.registry import find_view, views
-from vortos_tui.console.views.verbs import refused_id
+from vortos_tui.console.views.verbs import HELP_ONLY, refused_id
 from vortos_tui.console.widgets import StatusLine
 
 log = logging.getLogger("vortos.console")
@@ -208,7 +209,8 @@ class VortosConsole(App[None]):
             binding = active.binding
             # Textual's system keys (ctrl+q, ctrl+p) are listed once, below; the table's own
             # cursor keys (not shown in the footer) are the usual ones and not listed.
-            if binding.system or not binding.show or not binding.description or not active.enabled:
+            listed = binding.show or binding.id in HELP_ONLY
+            if binding.system or not listed or not binding.description or not active.enabled:
                 continue
             identity = binding.id or binding.action
             if identity in seen:
@@ -288,7 +290,9 @@ class VortosConsole(App[None]):
         try:
             message = actions.perform(verb, ref, note)
         except VortosError as exc:
-            self.call_from_thread(self._acted, "error", f"{verb.value} refused: {exc}")
+            # The console's edit takes the CLI's options: it names them as the CLI does.
+            said = as_flags(str(exc))
+            self.call_from_thread(self._acted, "error", f"{verb.value} refused: {said}")
         except Exception as exc:
             log.exception("%s %s failed", verb.value, ref.label)
             self.call_from_thread(self._acted, "error", f"{verb.value} failed: {exc}")

@@ -28,12 +28,16 @@ VERB_TITLE = {
     Verb.PAUSE: "Pause",
     Verb.RESUME: "Resume",
     Verb.TRIGGER: "Trigger now",
+    Verb.EDIT: "Edit",
 }
 VERB_EFFECT = {
     Verb.PAUSE: "No slot fires until it is resumed; runs already queued are skipped.",
     Verb.RESUME: "It fires again from its next slot; slots missed while paused do not fire.",
     Verb.TRIGGER: "One manual run now; the schedule's own slots are unchanged.",
+    Verb.EDIT: "Only what you give changes, as `vortos schedule edit` takes it. A new trigger, "
+    "zone or jitter fires from the next slot.",
 }
+EDIT_MAX = 4_000  # characters of typed changes (a payload may be among them)
 
 
 class ConfirmVerb(ModalScreen[Confirmed | None]):
@@ -66,12 +70,23 @@ class ConfirmVerb(ModalScreen[Confirmed | None]):
             yield Static(Text(VERB_EFFECT[self.verb], style="dim"))
             if self.verb is Verb.PAUSE:
                 yield Input(placeholder="note (why; optional)", max_length=NOTE_MAX, id="note")
+            if self.verb is Verb.EDIT:
+                yield Input(
+                    placeholder="e.g. --misfire-grace 5m --jitter 30s",
+                    max_length=EDIT_MAX,
+                    id="note",
+                )
             with Horizontal():
                 yield Button("Cancel", id="cancel", variant="primary")
                 yield Button(VERB_TITLE[self.verb], id="confirm", variant="warning")
 
     def on_mount(self) -> None:
-        self.query_one("#cancel", Button).focus()
+        # An edit starts in its changes (nothing happens without the confirm button);
+        # the others on Cancel, so enter alone does nothing harmful.
+        if self.verb is Verb.EDIT:
+            self.query_one("#note", Input).focus()
+        else:
+            self.query_one("#cancel", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

@@ -1,4 +1,4 @@
-"""The verbs on one schedule (pause, resume, trigger now) as keys: shown for a schedule the
+"""The verbs on one schedule (pause, resume, trigger now, edit) as keys: shown for a schedule the
 operator may change, hidden for one the policy keeps them from, and all hidden by --read-only.
 
 Each key is bound twice: to the verb, then (never shown) to `refused`, which Textual reaches
@@ -17,7 +17,10 @@ VERB_KEYS = (
     ("p", Verb.PAUSE, "Pause"),
     ("u", Verb.RESUME, "Resume"),
     ("t", Verb.TRIGGER, "Trigger"),
+    ("e", Verb.EDIT, "Edit"),
 )
+# Keys the help lists though the footer does not show them (see verb_bindings).
+HELP_ONLY = frozenset({Verb.EDIT.value})
 
 
 def refused_id(binding_id: str) -> str:
@@ -29,7 +32,10 @@ def refused_id(binding_id: str) -> str:
 def verb_bindings() -> list[BindingType]:
     bindings: list[BindingType] = []
     for key, verb, label in VERB_KEYS:
-        bindings.append(Binding(key, f"verb('{verb.value}')", label, id=verb.value))
+        # Edit is in the help and the palette, not the footer: at 80 columns the footer
+        # would drop "? Help" for it.
+        shown = verb.value not in HELP_ONLY
+        bindings.append(Binding(key, f"verb('{verb.value}')", label, show=shown, id=verb.value))
         bindings.append(
             Binding(key, f"refused('{verb.value}')", label, show=False, id=refused_id(verb.value))
         )
