@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from textual.widgets import Button, Input
 
 from engine import open_engine
 from engine.service.core import definition
 from tests.console.conftest import ConsoleFactory
 from tests.console.test_verbs import cli, select, verb_done
+from vortos_tui.console.app import VortosConsole
 from vortos_tui.console.dialogs import ConfirmVerb
 
 
@@ -20,6 +20,10 @@ def _definition(db: Path, name: str) -> tuple[dict[str, object], int]:
     with open_engine(db, create=False, readonly=True) as engine:
         found = engine.service.get(name, tenant="ops")
         return definition(found), found.version
+
+
+def _focused(app: VortosConsole) -> str | None:
+    return None if app.focused is None else app.focused.id
 
 
 async def _edit(console_for: ConsoleFactory, name: str, typed: str) -> tuple[str, str]:
@@ -31,11 +35,10 @@ async def _edit(console_for: ConsoleFactory, name: str, typed: str) -> tuple[str
         await pilot.pause()
         dialog = app.screen
         assert isinstance(dialog, ConfirmVerb)
-        changes = dialog.query_one("#note", Input)
-        assert app.focused is changes  # the changes first; acting is the confirm button
+        assert _focused(app) == "note"  # the changes first; acting is the confirm button
         await pilot.press(*typed, "enter")
         await pilot.pause()
-        assert app.focused is dialog.query_one("#confirm", Button)
+        assert _focused(app) == "confirm"
         done = app.verbs_done
         await pilot.press("enter")
         await verb_done(app, done)
