@@ -174,6 +174,14 @@ def load_arg(name: str, hint: Any, value: Any) -> Any:
         return ScheduleSpec.from_json(value)
     if typing.get_origin(hint) is Sequence:
         return _list(name, typing.get_args(hint)[0], value)
+    fields = getattr(hint, "__dataclass_fields__", None)
+    if fields is not None and isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(fields))
+        if unknown:  # a typo would otherwise be a change that silently changes nothing
+            raise InvalidInput(
+                f"the request's {name!r} has no field {unknown[0]!r}: its fields are "
+                f"{', '.join(sorted(fields))}"
+            )
     try:
         return from_wire(hint, value)
     except ProtocolError as exc:

@@ -149,7 +149,8 @@ OPERATIONS: dict[str, Handler] = {
 
 def _route(request: Mapping[str, Any]) -> tuple[Handler, Args]:
     """The handler and arguments of a request, or the error that says what is wrong."""
-    if request.get("v") != VERSION:
+    version = request.get("v")
+    if type(version) is not int or version != VERSION:  # not True, not 1.0
         raise ProtocolError(
             f"protocol version {request.get('v')!r} is not {VERSION}: use a `vortos` of "
             "the same release as the server"

@@ -87,7 +87,7 @@ def new_trigger(
     open in a four-eyes request: see IntervalTrigger.anchored)."""
     chosen = [
         name
-        for name, value in (("cron", cron), ("every_ms", every_ms), ("at_ms", at_ms))
+        for name, value in (("cron=", cron), ("every_ms=", every_ms), ("at_ms=", at_ms))
         if value is not None
     ]
     if len(chosen) != 1:

@@ -83,14 +83,20 @@ class MisfirePolicy:
     def __post_init__(self) -> None:
         if not 1 <= self.catch_up_cap <= CATCH_UP_CAP_MAX:
             raise InvalidInput(
-                f"catch-up cap {self.catch_up_cap} is out of range: use 1 to {CATCH_UP_CAP_MAX}"
+                f"catch-up cap {self.catch_up_cap} (catch_up_cap=) is out of range: use 1 to "
+                f"{CATCH_UP_CAP_MAX}"
             )
-        if self.max_age_ms < SECOND_MS:
-            raise InvalidInput("maximum catch-up age must be at least 1s")
-        if self.max_age_ms > CATCH_UP_AGE_MAX_MS:
-            raise InvalidInput("maximum catch-up age must be at most 366d")
-        if self.grace_ms < 0:
-            raise InvalidInput("misfire grace must not be negative")
+        if not SECOND_MS <= self.max_age_ms <= CATCH_UP_AGE_MAX_MS:
+            raise InvalidInput(
+                f"maximum catch-up age {_spelled(self.max_age_ms)} (max_age_ms=) is out of "
+                "range: use 1s to 366d"
+            )
+        # A slot later than a year is no longer "late": it is a missed one.
+        if not 0 <= self.grace_ms <= CATCH_UP_AGE_MAX_MS:
+            raise InvalidInput(
+                f"misfire grace {_spelled(self.grace_ms)} (grace_ms=) is out of range: "
+                "use 0 to 366d"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,6 +120,11 @@ def _whole(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{value!r} is not a whole number")
     return value
+
+
+def _spelled(ms: int) -> str:
+    """A duration for a message, its sign kept (format_duration spells magnitudes)."""
+    return ("-" if ms < 0 else "") + format_duration(abs(ms))
 
 
 def validate_name(name: str, *, what: str = "name") -> str:
@@ -240,7 +251,9 @@ def validate_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
 
 def validate_jitter(jitter_ms: int) -> int:
     if not 0 <= jitter_ms <= JITTER_MAX_MS:
-        raise InvalidInput(f"jitter {format_duration(abs(jitter_ms))} is out of range: use 0 to 1h")
+        raise InvalidInput(
+            f"jitter {_spelled(jitter_ms)} (jitter_ms=) is out of range: use 0 to 1h"
+        )
     return jitter_ms
 
 
@@ -291,6 +304,12 @@ class ScheduleSpec:
     def from_json(cls, value: Mapping[str, Any]) -> ScheduleSpec:
         """The inverse of `to_json`; anything malformed is InvalidInput naming what (the
         service validates the rest: names, zone, command, payload)."""
+        unknown = sorted(set(value) - SPEC_KEYS)
+        if unknown:
+            raise InvalidInput(
+                f"malformed schedule definition: {unknown[0]!r} is not one of its fields "
+                f"({', '.join(sorted(SPEC_KEYS))})"
+            )
         try:
             return cls(
                 name=_text(value["name"]),
@@ -308,8 +327,12 @@ class ScheduleSpec:
             )
         except InvalidInput:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise InvalidInput(f"malformed schedule definition: {exc!r}") from None
+        except KeyError as exc:
+            raise InvalidInput(
+                f"malformed schedule definition: it has no {exc.args[0]!r}"
+            ) from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise InvalidInput(f"malformed schedule definition: {exc}") from None
 
 
 def _text(value: Any) -> str:
@@ -330,19 +353,27 @@ def _object(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+def same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON, types included: Python's `1 == True == 1.0` is three different payloads."""
+    return canonical_json(a) == canonical_json(b)
+
+
 def changed_fields(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
     """The dotted names of what differs between two `to_json` spellings ("misfire.grace_ms",
     "metadata.team"): what an edit changed, in the order the spelling lists them."""
     found: list[str] = []
     for key in dict.fromkeys([*before, *after]):
         old, new = before.get(key), after.get(key)
-        if old == new:
+        if same_json(old, new):
             continue
         if isinstance(old, Mapping) and isinstance(new, Mapping) and key != "trigger":
             found += [f"{key}.{inner}" for inner in changed_fields(old, new)]
         else:
             found.append(key)
     return found
+
+
+SPEC_KEYS = frozenset(ScheduleSpec.__dataclass_fields__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -281,18 +281,29 @@ def trigger_from_json(value: Mapping[str, Any]) -> Trigger:
     return trigger_from_spec(kind, {k: v for k, v in value.items() if k != "kind"})
 
 
+def _only(spec: Mapping[str, Any], kind: str, *keys: str) -> None:
+    unknown = sorted(set(spec) - set(keys))
+    if unknown:  # dst_repeated on an interval would be silently dropped
+        raise InvalidInput(
+            f"a {kind} trigger has no {unknown[0]!r}: its fields are {', '.join(keys)}"
+        )
+
+
 def _cron(spec: Mapping[str, Any]) -> Trigger:
+    _only(spec, "cron", "cron", "dst_repeated", "dst_missing")
     return CronTrigger(
         str(spec["cron"]), RepeatedHour(spec["dst_repeated"]), MissingHour(spec["dst_missing"])
     )
 
 
 def _interval(spec: Mapping[str, Any]) -> Trigger:
+    _only(spec, "interval", "every_ms", "anchor_ms", "anchored")
     anchored = spec.get("anchored", True) is not False
     return IntervalTrigger(_whole(spec["every_ms"]), _whole(spec["anchor_ms"]), anchored=anchored)
 
 
 def _once(spec: Mapping[str, Any]) -> Trigger:
+    _only(spec, "once", "at_ms")
     return OneShotTrigger(_whole(spec["at_ms"]))
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.commands import CommandRegistry
 from engine.commands.decorators import SOURCE_KEY
-from engine.domain.access import EVERY_TENANT, Operation, TenantScope, views_nothing
+from engine.domain.access import ANY_TENANT, EVERY_TENANT, Operation, TenantScope, views_nothing
 from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS, Approval, GatedOperation
 from engine.domain.audit import AuditEvent, run_ranges
 from engine.domain.clock import Clock
@@ -36,6 +36,7 @@ from engine.domain.schedule import (
     ScheduleStatus,
     StaticOverride,
     changed_fields,
+    same_json,
     validate_jitter,
     validate_metadata,
     validate_name,
@@ -225,7 +226,7 @@ class ServiceCore:
         spec = self._sensitive_by_command(spec, schedule)
         _refuse_static(schedule, "edited")
         changed = _redefine(schedule, spec, first, now)
-        if changed.spec.to_json() == schedule.spec.to_json():
+        if same_json(changed.spec.to_json(), schedule.spec.to_json()):
             return schedule
         why = self.protection(schedule.sensitive or spec.sensitive, schedule.command, spec.command)
         approval = None
@@ -508,10 +509,12 @@ class ServiceCore:
         return replace(spec, sensitive=True)
 
     def _authorize(self, actor: str, operation: Operation, tenant: str | None) -> None:
+        _valid_tenant(tenant)
         if self.access is not None:
             self.access.authorize(actor, operation, tenant)
 
     def _authorize_view(self, actor: str | None, tenant: str | None) -> None:
+        _valid_tenant(tenant)
         if self.access is not None:
             self.access.authorize(self._reader(actor), Operation.VIEW, tenant)
 
@@ -522,6 +525,9 @@ class ServiceCore:
         return actor
 
     def _find(self, name: str, tenant: str) -> Schedule:
+        # A name no schedule can have is a mistake to say, not an absence to report.
+        validate_name(tenant, what="tenant")
+        validate_name(name, what="schedule name")
         schedule = self._storage.schedules.find_by_name(tenant, name)
         if schedule is None:
             raise NotFound(
@@ -571,6 +577,11 @@ class ServiceCore:
 
     def _current(self, name: str, tenant: str, expected_version: int | None) -> Schedule:
         # Called after the change was authorised in `tenant`, which includes viewing it.
+        if expected_version is not None and expected_version < 1:
+            raise InvalidInput(
+                f"expected version {expected_version} (expected_version=) is never a "
+                "schedule's: versions count from 1"
+            )
         schedule = self._find(name, tenant)
         if expected_version is not None and schedule.version != expected_version:
             raise StaleVersion(
@@ -647,6 +658,13 @@ def _redefine(schedule: Schedule, spec: ScheduleSpec, first_slot: int, now: int)
             next_fire_at=due_at(schedule.id, first_slot, spec.timezone, spec.jitter_ms),
         )
     return changed
+
+
+def _valid_tenant(tenant: str | None) -> None:
+    """A tenant no schedule can have is refused as a mistake before anyone is asked about
+    it (else `--tenant BAD` read as a missing role or an absent schedule)."""
+    if tenant is not None and tenant != ANY_TENANT:
+        validate_name(tenant, what="tenant")
 
 
 def _refuse_undeclared(schedule: Schedule, verb: str) -> None:
