@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,8 @@ from engine.domain.errors import InvalidInput
 from engine.domain.redact import redact_url, remember
 from engine.domain.schedule import validate_name
 from engine.domain.timeutil import format_duration, parse_duration
+from engine.domain.values import JsonValue, TomlValue
+from engine.settings_values import SettingValues
 
 CONFIG_ENV = "VORTOS_CONFIG"
 DEFAULT_FILE = "vortos.toml"
@@ -274,52 +276,59 @@ class Value:
     source: str  # default, the file's path, VORTOS_X, or --flag
 
 
-class Settings:
-    """The effective settings; `settings.lease_ttl`, and where each came from."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings(SettingValues):
+    """The effective settings: `settings.lease_ttl`, one typed field per setting (declared in
+    engine/settings_values.py, generated from SETTINGS), and where each came from."""
 
-    def __init__(
-        self,
-        values: Mapping[str, Value],
-        plugin_options: Mapping[str, Mapping[str, Any]] | None = None,
-    ) -> None:
-        self._values = dict(values)
-        self._plugin_options = dict(plugin_options or {})
+    _sources: Mapping[str, str]  # per setting: default, the file's path, VORTOS_X, --flag
+    _plugin_tables: Mapping[str, Mapping[str, TomlValue]] = field(default_factory=dict)
 
-    def plugin_options(self, name: str) -> Mapping[str, Any]:
+    def plugin_options(self, name: str) -> Mapping[str, TomlValue]:
         """The `[plugin.<name>]` table of the file (empty without one)."""
-        return self._plugin_options.get(name, {})
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._values[name].value
-        except KeyError:
-            raise AttributeError(name) from None
+        return self._plugin_tables.get(name, {})
 
     def source(self, name: str) -> str:
-        return self._values[name].source
+        return self._sources[name]
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(name, shown value, source) in declaration order."""
         found = []
         for setting in SETTINGS:
-            entry = self._values[setting.name]
-            shown = "-" if entry.value is None else setting.shown(entry.value)
-            found.append((setting.name, shown, entry.source))
+            value = getattr(self, setting.name)
+            shown = "-" if value is None else setting.shown(value)
+            found.append((setting.name, shown, self._sources[setting.name]))
         return found
 
-    def to_json(self) -> dict[str, dict[str, Any]]:
+    def to_json(self) -> dict[str, dict[str, JsonValue]]:
         return {
-            name: {"value": _jsonable(BY_NAME.get(name), v.value), "source": v.source}
-            for name, v in self._values.items()
+            s.name: {"value": _jsonable(s, getattr(self, s.name)), "source": self._sources[s.name]}
+            for s in SETTINGS
         }
 
+    def __repr__(self) -> str:
+        # As `vortos config show` shows them: a URL without its password.
+        return f"Settings({', '.join(f'{name}={shown}' for name, shown, _ in self.rows())})"
 
-def _jsonable(setting: Setting | None, value: Any) -> Any:
+
+def _settings(
+    values: Mapping[str, Value], plugin_tables: Mapping[str, Mapping[str, TomlValue]]
+) -> Settings:
+    return Settings(
+        **{name: entry.value for name, entry in values.items()},
+        _sources={name: entry.source for name, entry in values.items()},
+        _plugin_tables=plugin_tables,
+    )
+
+
+def _jsonable(setting: Setting, value: Any) -> JsonValue:
     if value is None:
         return None
-    if setting is not None and setting.secret:
+    if setting.secret:
         return setting.shown(value)  # the table's form: a URL without its password
-    return str(value) if isinstance(value, Path) else value
+    if isinstance(value, Path):
+        return str(value)
+    return list(value) if isinstance(value, tuple) else value
 
 
 def config_file(explicit: Path | None, env: Mapping[str, str]) -> Path | None:
@@ -345,7 +354,7 @@ def load_settings(
     values = {s.name: Value(s.default, "default") for s in SETTINGS}
     problems: list[str] = []
     path = config_file(config, environment)
-    plugin_options: dict[str, Mapping[str, Any]] = {}
+    plugin_options: dict[str, Mapping[str, TomlValue]] = {}
     if path is not None:
         table = _read_file(path, config is not None or CONFIG_ENV in environment, problems)
         plugin_options = _plugin_tables(path, table.pop(PLUGIN_TABLE, {}), problems)
@@ -372,7 +381,7 @@ def load_settings(
             remember(values[setting.name].value)  # scrubbed from any message, whatever prints it
     if problems:
         raise InvalidInput("; ".join(problems))
-    return Settings(values, plugin_options)
+    return _settings(values, plugin_options)
 
 
 def defaults(**values: object) -> Settings:
@@ -384,7 +393,7 @@ def defaults(**values: object) -> Settings:
         raise InvalidInput(f"unknown setting(s) {', '.join(unknown)} (known: {', '.join(BY_NAME)})")
     chosen = {s.name: Value(s.default, "default") for s in SETTINGS}
     chosen.update({name: Value(value, "argument") for name, value in values.items()})
-    return Settings(chosen)
+    return _settings(chosen, {})
 
 
 def parse_option(name: str, raw: Any) -> Any:
@@ -402,7 +411,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _plugin_tables(path: Path, raw: Any, problems: list[str]) -> dict[str, Mapping[str, Any]]:
+def _plugin_tables(path: Path, raw: Any, problems: list[str]) -> dict[str, Mapping[str, TomlValue]]:
     """`[plugin.<name>]` tables: each plug-in's own options, passed to it as they are."""
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()):
         problems.append(
