@@ -39,6 +39,7 @@ from engine.plugins import (
     Status,
     Storage,
     SystemClock,
+    Trigger,
 )
 
 __all__ = [
@@ -72,4 +73,5 @@ __all__ = [
     "Status",
     "Storage",
     "SystemClock",
+    "Trigger",
 ]

@@ -16,6 +16,7 @@ Port (setting; entry-point group; conformance suite in engine.testing.conformanc
 - Storage, with ScheduleStore, RunLedger, FireQueue and the rest: a whole backend, chosen by
   db; ScheduleStoreConformance, RunLedgerConformance, FireQueueConformance and the others
 - Clock: injected, `open_engine(db, clock=...)`
+- Trigger: a trigger type, registered by kind with engine.domain.triggers.register_trigger
 
 The plug-in system itself is in two modules under this package, both internal: the registry
 (engine.plugins.registry: the ports, finding what a setting names by built-in name, entry point
@@ -35,6 +36,7 @@ from engine.domain.access import Grant, Identity, Operation, Role
 from engine.domain.audit import AuditEntry
 from engine.domain.clock import Clock, ManualClock, SystemClock
 from engine.domain.errors import LeaseError, LeaseExpired, LeaseNotOwned
+from engine.domain.triggers import Trigger
 from engine.governance.doctor import Check as DoctorCheck
 from engine.governance.doctor import DoctorContext, Finding, Status
 from engine.observability.observer import Observer as MetricsObserver
@@ -47,12 +49,6 @@ from engine.ports.policy import Decision, IdentityProvider, Policy
 from engine.ports.runs import RunLedger
 from engine.ports.schedules import ScheduleStore
 from engine.ports.storage import Storage
-
-# Temporary, not part of the public surface (not in __all__): engine/api.py and
-# vortos_tui/cli/context.py still import these two from here, until they import them from
-# engine.plugins.registry; then these two lines go.
-from engine.plugins.registry import Selection as Selection  # isort: skip
-from engine.plugins.registry import select_plugins as select_plugins  # isort: skip
 
 __all__ = [
     "AuditEntry",
@@ -85,4 +81,5 @@ __all__ = [
     "Status",
     "Storage",
     "SystemClock",
+    "Trigger",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.domain.audit import (
     Anchor,
@@ -81,7 +81,9 @@ class AuditLog(Protocol):
         """Where the chain's archived (and pruned) part ends, signed."""
         ...
 
-    def fired_runs(self, first_id: int, last_id: int) -> Sequence[Sequence[Any]]:
+    def fired_runs(
+        self, first_id: int, last_id: int
+    ) -> Sequence[tuple[int, str, str, str, int, int]]:
         """Runs with ids in [first_id, last_id], in id order: (id, tenant, schedule id, slot
         key, slot at, due at), the columns a batch entry commits to."""
         ...

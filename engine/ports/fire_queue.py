@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Protocol
 
 from engine.domain.run import RunKind, RunState
+from engine.domain.values import JsonValue
 
 
 class FireState(StrEnum):
@@ -32,7 +33,7 @@ class Fire:
     slot_at: int
     kind: RunKind
     command: str
-    payload: dict[str, Any]
+    payload: dict[str, JsonValue]
     available_at: int
     created_at: int
     attempts: int  # claims so far, this one included
@@ -80,7 +81,7 @@ class NewFire:
     due_at: int
     kind: RunKind
     command: str
-    payload: dict[str, Any]
+    payload: dict[str, JsonValue]
     node_id: str
 
 
