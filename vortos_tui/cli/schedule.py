@@ -66,66 +66,72 @@ Start = Annotated[
     ),
 ]
 Tz = Annotated[
-    str | None, typer.Option("--tz", help="IANA time zone of the trigger [default: UTC].")
+    str | None, typer.Option("--tz", help="IANA time zone of the trigger (default for add: UTC).")
 ]
 Misfire = Annotated[
     MisfireKind | None,
     typer.Option(
-        "--misfire", help="Missed slots: skip, latest (fire once) or each [default: latest]."
+        "--misfire",
+        help="Missed slots: skip, latest (fire once) or each (default for add: latest).",
     ),
 ]
 CatchUpCap = Annotated[
     int | None,
     typer.Option(
         "--catch-up-cap",
-        help="With --misfire each: fire at most N missed slots (newest) [default: 100].",
+        help="With --misfire each: fire at most N missed slots (newest) (default for add: 100).",
     ),
 ]
 MaxCatchUpAge = Annotated[
     str | None,
-    typer.Option("--max-catch-up-age", help="Slots older than this are never fired [default: 1d]."),
+    typer.Option(
+        "--max-catch-up-age", help="Slots older than this are never fired (default for add: 1d)."
+    ),
 ]
 MisfireGrace = Annotated[
     str | None,
     typer.Option(
-        "--misfire-grace", help="A slot this late still counts as on time [default: 60s]."
+        "--misfire-grace", help="A slot this late still counts as on time (default for add: 60s)."
     ),
 ]
 DstRepeated = Annotated[
     RepeatedHour | None,
-    typer.Option("--dst-repeated", help=DST_REPEATED_HELP + " [default: auto]"),
+    typer.Option("--dst-repeated", help=DST_REPEATED_HELP + " (default for add: auto)"),
 ]
 DstMissing = Annotated[
     MissingHour | None,
-    typer.Option("--dst-missing", help=DST_MISSING_HELP + " [default: shift]"),
+    typer.Option("--dst-missing", help=DST_MISSING_HELP + " (default for add: shift)"),
 ]
 Overlap = Annotated[
     OverlapPolicy | None,
-    typer.Option("--overlap", help="While the previous run is open [default: skip]."),
+    typer.Option("--overlap", help="While the previous run is open (default for add: skip)."),
 ]
 Jitter = Annotated[
     str | None,
     typer.Option(
-        "--jitter", help="Spread each slot by a stable offset up to this (max 1h) [default: 0]."
+        "--jitter",
+        help="Spread each slot by a stable offset up to this (max 1h) (default for add: 0).",
     ),
 ]
 MaxAttempts = Annotated[
     int | None,
     typer.Option(
         "--max-attempts",
-        help="Attempts before a failing fire is dead-lettered (1 to 100) [default: 3].",
+        help="Attempts before a failing fire is dead-lettered (1 to 100) (default for add: 3).",
     ),
 ]
 RetryBackoff = Annotated[
     str | None,
     typer.Option(
         "--retry-backoff",
-        help="Wait before the first retry; it doubles with each one [default: 2s].",
+        help="Wait before the first retry; it doubles with each one (default for add: 2s).",
     ),
 ]
 RetryBackoffCap = Annotated[
     str | None,
-    typer.Option("--retry-backoff-cap", help="The longest wait between retries [default: 5m]."),
+    typer.Option(
+        "--retry-backoff-cap", help="The longest wait between retries (default for add: 5m)."
+    ),
 ]
 Payload = Annotated[str | None, typer.Option("--payload", help="JSON object for the command.")]
 
@@ -332,10 +338,10 @@ def edit(
     ] = None,
     as_json: Json = False,
 ) -> None:
-    """Change a schedule: only what you give changes (the [default: ...] of an option is what
-    `add` takes; here a missing option leaves the value as it is). A new trigger, zone or
-    jitter fires from the first slot after now. A sensitive schedule (or making one sensitive
-    or not) needs a second operator's approval."""
+    """Change a schedule: only what you give changes (an option left out leaves its value as
+    it is; "default for add" is what `add` takes). A new trigger, zone or jitter fires from
+    the first slot after now. A sensitive schedule (or making one sensitive or not) needs a
+    second operator's approval."""
     options = dict(locals())
     for local in ("ctx", "name", "tenant", "as_json", "expect_version"):
         del options[local]
