@@ -147,7 +147,7 @@ class DeadLetters(ServiceCore):
         if run_ids is None:
             return
         if not run_ids:
-            raise InvalidInput("name at least one run id, or pass --all")
+            raise InvalidInput("name at least one run id, or run_ids=None for every dead letter")
         found = {
             f.run_id: f
             for f in self._storage.fire_queue.read(

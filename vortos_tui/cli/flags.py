@@ -27,6 +27,7 @@ FLAGS: dict[str, str] = {
     "backoff_cap_ms=": "--retry-backoff-cap",
     "expected_version=": "--expect-version",
     "confirmed=True": "--yes",
+    "run_ids=None": "--all",
 }
 
 _PARAMETER = re.compile(
