@@ -1,18 +1,19 @@
 """Choosing how the leader's lease is held: the database row itself (the default), a PostgreSQL
 advisory lock, or a Redis key. The alternatives mirror their lease into the row, where dispatch
-fences, so every driver keeps "a dispatch only lands while its lease token is current"."""
+fences, so every driver keeps "a dispatch only lands while its lease token is current".
+
+An engine chooses its driver through the plug-in registry (the lease_driver setting:
+engine.plugins.runtime.lease_named), whose built-in names build these (engine.plugins.builtins).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from engine.domain.clock import Clock
 from engine.domain.errors import InvalidInput
 from engine.ports.lease import LeasePort
 from engine.ports.storage import Storage
-
-if TYPE_CHECKING:
-    from engine.plugins import PluginContext
 
 LEASE_DRIVERS = ("row", "advisory", "redis")
 DEFAULT_LEASE_DRIVER = "row"
@@ -63,22 +64,3 @@ def lease_driver(
             )
         return MirroredLease(RedisLease(redis_url, clock, prefix=redis_prefix), row)
     raise InvalidInput(f"unknown lease_driver {name!r}; choose one of {', '.join(LEASE_DRIVERS)}")
-
-
-# The built-in drivers as plug-in factories (engine.plugins): each takes a PluginContext.
-
-
-def row_driver(context: PluginContext) -> LeasePort:
-    """The store's own lease row."""
-    return lease_driver("row", context.storage, context.clock)
-
-
-def advisory_driver(context: PluginContext) -> LeasePort:
-    """A PostgreSQL session-level advisory lock, mirrored into the row."""
-    return lease_driver("advisory", context.storage, context.clock)
-
-
-def redis_driver(context: PluginContext) -> LeasePort:
-    """A Redis key on the redis_url setting, mirrored into the row."""
-    redis_url = None if context.settings is None else context.settings.redis_url
-    return lease_driver("redis", context.storage, context.clock, redis_url)
