@@ -1,31 +1,41 @@
-"""Opening an engine from Python: one call, the same service the CLI uses."""
+"""Opening an engine from Python: one call, the same service the CLI uses.
+
+An engine is built from one immutable EngineConfig (made from the settings with
+`EngineConfig.from_settings`, from `open_engine`'s keywords, or directly) by `build_engine`:
+the store is opened through the backend registry (engine.backends.registry) unless a ready one
+is given, the lease driver and the access rules are built through the plug-in registry
+(engine.plugins), and the service is made with them and the approval TTL. Nothing is changed
+on an engine once it is built.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import cast
 
-from engine.backends.lease_drivers import DEFAULT_LEASE_DRIVER, lease_driver
-from engine.backends.sqlite import SqliteBackend
-from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS, inspect_path
-from engine.backends.sqlite.read_model import SqliteReadModel
+from engine.backends.lease_drivers import DEFAULT_LEASE_DRIVER
+from engine.backends.registry import Opening, database_of, open_storage, parse_database
+from engine.backends.registry import open_read_model as open_backend_read_model
+from engine.backends.sqlite.connection import BUSY_TIMEOUT_MS
 from engine.commands import CommandRegistry, builtin_commands
-from engine.config import Settings
+from engine.config import Settings, defaults
 from engine.control import ControlClient, ControlServer, RemoteService
 from engine.control.client import NoDatabase
+from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
-from engine.domain.database import is_postgres_url, parse_database
-from engine.extensions import Builder, access_for, leases_for
+from engine.domain.database import Database
 from engine.governance.doctor import Report
-from engine.governance.keys import load_keyring, load_postgres_keyring
+from engine.governance.keys import load_keyring
 from engine.governance.policy import AccessControl, RoleBasedPolicy
 from engine.observability.observer import Observer
-from engine.plugins import Selection
+from engine.plugins.registry import Selection, select_plugins
+from engine.plugins.runtime import Builder, access_for, lease_named, leases_for
 from engine.ports.dispatch import DispatchReport
 from engine.ports.enqueuer import Enqueuer
 from engine.ports.lease import LEADER_LEASE, LeasePort, shard_lease
@@ -72,21 +82,26 @@ class Engine:
         commands: CommandRegistry,
         access: AccessControl | None = None,
         leases: LeasePort | None = None,
+        *,
+        approval_ttl_ms: int = DEFAULT_APPROVAL_TTL_MS,
     ) -> None:
         self.storage = storage
         self.clock = clock
-        # How daemons hold the leader lease (engine.backends.lease_drivers): the store's row,
-        # or a driver that mirrors into it.
+        # How daemons hold the leader lease (the lease_driver plug-in): the store's row, or a
+        # driver that mirrors into it.
         self.leases: LeasePort = leases or storage.leases
         self.commands = commands
         self.service = ScheduleService(storage, clock, commands, access)
+        # Given here, as the service is made, until RetentionAdmin.__init__ (the first
+        # constructor ScheduleService reaches) passes approval_ttl_ms on to ServiceCore's.
+        self.service.four_eyes.ttl_ms = approval_ttl_ms
 
     def serve_control(
         self,
         path: Path,
         *,
         group: str | None = None,
-        database: str | Path | None = None,
+        database: str | Path | Database | None = None,
         doctor: Callable[[], Report] | None = None,
     ) -> ControlServer:
         """A control socket at `path` for operators' tools (see engine.control); the engine
@@ -212,8 +227,151 @@ class SocketEngine(Engine):
         """Nothing is open: each call is a connection of its own."""
 
 
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything an engine is built from (see `build_engine`).
+
+    `database` is where the store is, opened through its backend unless `storage` is a store
+    opened already (a third-party backend's: used as it is, closed with the engine), or
+    `control_socket` names a `vortos run --control-socket` that every read and change goes to
+    instead (then nothing but `clock` and `commands` counts). `clock` None: the backend's own
+    (the system clock; on PostgreSQL the database server's).
+
+    `enforce` (or a `policy`) authorises every change by the operators' roles; without, the
+    caller is trusted. `plugins` (engine.plugins.registry.select_plugins of `settings`)
+    replaces `lease_driver` and `policy`: the lease driver, policy and identity provider it
+    selects are built, each given `settings` and its `[plugin.<name>]` options. `lease_driver`
+    names one as the setting does: row, advisory, redis (the redis_url of `settings`), or a
+    plug-in. `approval_ttl_ms`: how long a four-eyes request stays open.
+    """
+
+    database: Database = field(default_factory=lambda: parse_database(DEFAULT_DB))
+    clock: Clock | None = None
+    commands: CommandRegistry | None = None
+    create: bool = True
+    readonly: bool = False
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS
+    audit_key_file: Path | None = None
+    enforce: bool = False
+    policy: Policy | None = None
+    control_socket: Path | None = None
+    lease_driver: str = DEFAULT_LEASE_DRIVER
+    plugins: Selection | None = None
+    settings: Settings | None = None
+    node_id: str | None = None
+    approval_ttl_ms: int = DEFAULT_APPROVAL_TTL_MS
+    storage: Storage | None = None
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        database: Database | None = None,
+        plugins: Selection | None = None,
+        commands: CommandRegistry | None = None,
+        clock: Clock | None = None,
+        create: bool = True,
+        readonly: bool = False,
+        enforce: bool = False,
+        control_socket: Path | None = None,
+        node_id: str | None = None,
+    ) -> EngineConfig:
+        """The engine `settings` describe: their db (or `database`), audit key file, approval
+        TTL and plug-ins (`plugins`: selected already, else selected here; a missing one is a
+        PluginError before anything is opened)."""
+        return cls(
+            database=database or parse_database(settings.db),
+            clock=clock,
+            commands=commands,
+            create=create,
+            readonly=readonly,
+            audit_key_file=settings.audit_key_file,
+            enforce=enforce,
+            control_socket=control_socket,
+            lease_driver=settings.lease_driver,
+            plugins=plugins or select_plugins(settings),
+            settings=settings,
+            node_id=node_id,
+            approval_ttl_ms=settings.approval_ttl,
+        )
+
+
+def build_engine(config: EngineConfig) -> Engine:
+    """The engine `config` describes: its store opened (or the one given), then its access
+    rules and its daemons' lease built over it; a failure closes what was opened here."""
+    if config.control_socket is not None:
+        client = ControlClient(config.control_socket)
+        return SocketEngine(client, config.clock or SystemClock(), config.commands)
+    storage = config.storage or _open_store(config)
+    try:
+        clock = _clock_of(storage, config.clock)
+        node_id = config.node_id or default_node_id()
+        builder = Builder(storage, clock, config.database, node_id, config.settings)
+        access = _access(config, builder)
+        leases = None if config.readonly else _leases(config, builder)
+    except BaseException:
+        if config.storage is None:
+            storage.close()
+        raise
+    commands = config.commands or builtin_commands()
+    return Engine(storage, clock, commands, access, leases, approval_ttl_ms=config.approval_ttl_ms)
+
+
+def _open_store(config: EngineConfig) -> Storage:
+    """The store at `config.database`, through its backend (engine.backends.registry)."""
+    opened: list[Storage] = []
+
+    def audit_keys() -> KeyRing:
+        # Asked for at the first signature, once the store is open. A key file is made only
+        # beside a file whose chain has no entry yet: a database whose key went missing must
+        # not carry on under a new one, and a server's nodes must all hold the same key.
+        create = config.database.is_file and opened[0].audit.is_empty()
+        return load_keyring(config.database, key_file=config.audit_key_file, create=create)
+
+    storage = open_storage(
+        Opening(
+            config.database,
+            config.clock,
+            create=config.create,
+            readonly=config.readonly,
+            busy_timeout_ms=config.busy_timeout_ms,
+            audit_keys=None if config.readonly else audit_keys,
+        )
+    )
+    opened.append(storage)
+    return storage
+
+
+def _clock_of(storage: Storage, given: Clock | None) -> Clock:
+    """The clock given, else the store's own (PostgreSQL's: the server's), else the system's."""
+    own: Clock | None = getattr(storage, "clock", None)
+    return given or own or SystemClock()
+
+
+def _access(config: EngineConfig, builder: Builder) -> AccessControl | None:
+    """Access control: the selected policy and identities (always when either is a
+    plug-in's), else the roles with `policy`; None when the caller is trusted. Python code
+    that opens the file is trusted; operators' tools enforce roles."""
+    plugins = config.plugins
+    if plugins is not None:
+        custom = any(p.source != "built-in" for p in (plugins.policy, plugins.identity_provider))
+        return access_for(plugins, builder) if config.enforce or custom else None
+    if config.enforce or config.policy is not None:
+        return AccessControl(builder.storage, builder.clock, config.policy)
+    return None
+
+
+def _leases(config: EngineConfig, builder: Builder) -> LeasePort:
+    """How the daemons hold the leader lease: the lease_driver plug-in, as selected or named
+    (engine.plugins.runtime), over the store (closed with the engine)."""
+    if config.plugins is not None:
+        return leases_for(config.plugins, builder)
+    return lease_named(config.lease_driver, builder)
+
+
 def open_engine(
-    db: str | Path = DEFAULT_DB,
+    db: str | Path | Database = DEFAULT_DB,
     *,
     clock: Clock | None = None,
     commands: CommandRegistry | None = None,
@@ -229,94 +387,23 @@ def open_engine(
     plugins: Selection | None = None,
     settings: Settings | None = None,
     node_id: str | None = None,
+    storage: Storage | None = None,
 ) -> Engine:
-    """Open the database at `db`: a SQLite file (created or upgraded if needed), or a
-    PostgreSQL URL (postgresql://...; its schema must have been created with `vortos db
-    migrate`, and every node must sign audit entries with the same key: `audit_key_file` or
-    VORTOS_AUDIT_KEY). On PostgreSQL the default clock is the database server's.
-
-    With `enforce` (or a `policy`), every service change is authorised for its actor by the
-    operators' roles (the CLI and the console always enforce); without, the caller is trusted.
-
-    With `control_socket`, the database is not opened at all: every service read and change
-    is sent to the `vortos run --control-socket` serving that path, which makes it as this
-    process's account and narrows every read to what that account may view (`db` and the
-    other options but `clock` and `commands` are the server's business then).
-
-    `lease_driver` is how daemons hold the leader lease: "row" (the store's row), "advisory"
-    (a PostgreSQL advisory lock) or "redis" (a key on `redis_url`); see
-    engine.backends.lease_drivers.
+    """Open the database at `db`: a SQLite file (a path or a sqlite: URL; created or upgraded
+    if needed), a PostgreSQL URL (postgresql://...; its schema made by `vortos db migrate`,
+    and every node signing audit entries with the same key: `audit_key_file` or
+    VORTOS_AUDIT_KEY), or a URL of a registered backend (engine.backends.registry); an
+    unknown scheme is an InvalidInput naming the known ones. Or use `storage`, a store opened
+    already, as it is (`db` then only names it to plug-ins).
 
     `busy_timeout_ms` is how long a write waits for another process's transaction before it
-    fails with StorageError.
-
-    `plugins` (engine.plugins.select_plugins of `settings`) replaces `lease_driver` and
-    `policy`: the lease driver, the policy and the identity provider they select are built,
-    each given the settings and its `[plugin.<name>]` options (engine.extensions).
+    fails with StorageError; `redis_url` is the Redis server of `lease_driver="redis"` (when
+    no `settings` are given). The other keywords are EngineConfig's (see there).
     """
-    if control_socket is not None:
-        return SocketEngine(ControlClient(control_socket), clock or SystemClock(), commands)
-    if plugins is not None:
-        return _with_plugins(
-            db,
-            plugins,
-            settings,
-            clock,
-            commands,
-            create,
-            readonly,
-            busy_timeout_ms,
-            audit_key_file,
-            enforce,
-            node_id or default_node_id(),
-        )
-    if is_postgres_url(db):
-        engine = _open_postgres(str(db), clock, commands, readonly, audit_key_file, enforce, policy)
-        return engine if readonly else _leading_with(engine, lease_driver, redis_url)
-    clock = clock or SystemClock()
-    path = Path(db)
-    storage: SqliteBackend | None = None
-
-    def audit_keys() -> KeyRing:
-        # A key file is made only for a chain that has no entry yet: a database whose key
-        # went missing must not carry on under a new one.
-        assert storage is not None
-        return load_keyring(path, key_file=audit_key_file, create=storage.audit.is_empty())
-
-    storage = SqliteBackend(
-        path,
-        clock,
-        create=create,
-        readonly=readonly,
-        busy_timeout_ms=busy_timeout_ms,
-        audit_keys=None if readonly else audit_keys,
-    )
-    # Python code that opens the file is trusted; operators' tools enforce roles (`enforce`),
-    # with the default role-based policy or the one given.
-    access = AccessControl(storage, clock, policy) if enforce or policy is not None else None
-    engine = Engine(storage, clock, commands or builtin_commands(), access)
-    return engine if readonly else _leading_with(engine, lease_driver, redis_url)
-
-
-def _with_plugins(
-    db: str | Path,
-    plugins: Selection,
-    settings: Settings | None,
-    clock: Clock | None,
-    commands: CommandRegistry | None,
-    create: bool,
-    readonly: bool,
-    busy_timeout_ms: int,
-    audit_key_file: Path | None,
-    enforce: bool,
-    node_id: str,
-) -> Engine:
-    """open_engine with the plug-ins `plugins` selects (see engine.extensions)."""
-    custom_access = (
-        plugins.policy.source != "built-in" or plugins.identity_provider.source != "built-in"
-    )
-    engine = open_engine(
-        db,
+    if settings is None and redis_url is not None:
+        settings = defaults(redis_url=redis_url)
+    config = EngineConfig(
+        database=database_of(db),
         clock=clock,
         commands=commands,
         create=create,
@@ -324,61 +411,22 @@ def _with_plugins(
         busy_timeout_ms=busy_timeout_ms,
         audit_key_file=audit_key_file,
         enforce=enforce,
+        policy=policy,
+        control_socket=control_socket,
+        lease_driver=lease_driver,
+        plugins=plugins,
+        settings=settings,
+        node_id=node_id,
+        storage=storage,
     )
-    try:
-        builder = Builder(engine.storage, engine.clock, parse_database(str(db)), node_id, settings)
-        if enforce or custom_access:
-            access = access_for(plugins, builder)
-            engine.service.access = access
-        if not readonly:
-            engine.leases = leases_for(plugins, builder)
-    except BaseException:
-        engine.close()
-        raise
-    return engine
-
-
-def _leading_with(engine: Engine, driver: str, redis_url: str | None) -> Engine:
-    """The engine, its daemons leading with `driver` (closed with it)."""
-    if driver == DEFAULT_LEASE_DRIVER:
-        return engine
-    try:
-        engine.leases = lease_driver(driver, engine.storage, engine.clock, redis_url)
-    except BaseException:
-        engine.close()
-        raise
-    return engine
-
-
-def _open_postgres(
-    url: str,
-    clock: Clock | None,
-    commands: CommandRegistry | None,
-    readonly: bool,
-    audit_key_file: Path | None,
-    enforce: bool,
-    policy: Policy | None,
-) -> Engine:
-    from engine.backends.postgres import PostgresBackend  # noqa: PLC0415 - the postgres extra
-
-    def audit_keys() -> KeyRing:
-        # Never created here: every node of a deployment must hold the same key.
-        return load_postgres_keyring(audit_key_file)
-
-    storage = PostgresBackend(
-        url,
-        clock,  # None: the database server's clock
-        readonly=readonly,
-        audit_keys=None if readonly else audit_keys,
-    )
-    registry = commands or builtin_commands()
-    enforced = enforce or policy is not None
-    access = AccessControl(storage, storage.clock, policy) if enforced else None
-    return Engine(storage, storage.clock, registry, access)
+    return build_engine(config)
 
 
 def open_read_model(
-    db: str | Path = DEFAULT_DB, *, operator: str | None = None, policy: Policy | None = None
+    db: str | Path | Database = DEFAULT_DB,
+    *,
+    operator: str | None = None,
+    policy: Policy | None = None,
 ) -> ReadModel:
     """The console's asynchronous, read-only view of the database at `db`; with `operator`,
     narrowed to the tenants they may view (by `policy`, default: their roles).
@@ -388,12 +436,4 @@ def open_read_model(
     fail raise StorageError and succeed again once the cause is gone.
     """
     viewer = None if operator is None else Viewer(operator, policy or RoleBasedPolicy())
-    if is_postgres_url(db):
-        from engine.backends.postgres.read_model import (  # noqa: PLC0415 - the postgres extra
-            PostgresReadModel,
-        )
-
-        return PostgresReadModel(str(db), viewer)
-    path = Path(db)
-    inspect_path(path, create=False)
-    return SqliteReadModel(path, viewer)
+    return open_backend_read_model(database_of(db), viewer)

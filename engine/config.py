@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.backends.registry import parse_database
 from engine.commands.process_env import parse_cwd_allow, parse_env_allow
-from engine.domain.database import Database, parse_database, unambiguous_url
+from engine.domain.database import Database, unambiguous_url
 from engine.domain.database import shown as shown_db
 from engine.domain.errors import InvalidInput
 from engine.domain.redact import redact_url, remember
@@ -45,8 +46,9 @@ def _path(value: Any) -> Path:
 
 
 def _database(value: Any) -> Database:
-    if isinstance(value, Path):
-        return value
+    # The backend registry refuses a URL of no known scheme (mysql://...), by name.
+    if isinstance(value, Path | Database):
+        return parse_database(value)
     return parse_database(_text(value))
 
 

@@ -1,39 +1,139 @@
-"""Where the data lives: a SQLite file path or a PostgreSQL URL (pure: no I/O)."""
+"""Where the data lives: a parsed `--db` value, which knows its backend (pure: no I/O).
+
+Which backends exist, and so which URL schemes a `--db` value may use, is the registry's
+(engine.backends.registry: `parse_database` there makes a Database from text). Here is the
+value itself and the spelling rules every backend shares.
+"""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from engine.domain.redact import redact_url, url_userinfo
 
+SQLITE = "sqlite"  # the built-in backend on a file
+POSTGRESQL = "postgresql"  # the built-in backend on a server
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+# What plug-ins are given as `PluginContext.db`: the file's Path, or the URL as text.
+PlainDatabase = Path | str
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    """A database: the backend that opens it and where it is.
+
+    `backend` is the registered backend's name ("sqlite", "postgresql", or a plug-in's URL
+    scheme). `location` is the file's path or the URL as given (the URL with its password:
+    show it through `shown`); `path` is the file of a file backend (SQLite), None for one
+    reached through a URL."""
+
+    backend: str
+    location: str
+    path: Path | None = None
+
+    @classmethod
+    def file(cls, path: Path, location: str | None = None) -> Database:
+        """The SQLite file at `path` (`location`: how it was written, by default the path)."""
+        return cls(SQLITE, str(path) if location is None else location, path)
+
+    @property
+    def is_file(self) -> bool:
+        """A file on this host (SQLite): key files, anchors and archives go beside it."""
+        return self.path is not None
+
+    @property
+    def shown(self) -> str:
+        """For messages, tables, JSON and logs: a URL without its secrets, a file's path."""
+        return str(self.path) if self.path is not None else redact_url(self.location)
+
+    @property
+    def plain(self) -> PlainDatabase:
+        """The file's Path, or the URL as text (PluginContext.db)."""
+        return self.path if self.path is not None else self.location
+
+    def __str__(self) -> str:
+        return self.location
+
+    def __fspath__(self) -> str:
+        """A file database's path (`Path(db)`, `open(db)`); TypeError for one on a server.
+        Kept while vortos_tui/cli/audit.py still writes Path(cli.db)."""
+        if self.path is None:
+            raise TypeError(f"{self.shown} is not a file")
+        return str(self.path)
+
+    def __repr__(self) -> str:
+        return f"Database({self.backend!r}, {self.shown!r})"  # never the password
+
+
+def plain_database(db: Database | PlainDatabase) -> PlainDatabase:
+    """`db` as plug-ins are given it: a file's Path, or the URL as text."""
+    return db.plain if isinstance(db, Database) else db
+
+
+def shown(db: Database | PlainDatabase) -> str:
+    """The database for messages, tables, JSON and logs: a URL without its secrets
+    (engine.domain.redact); a file's path as it is."""
+    if isinstance(db, Database):
+        return db.shown
+    return str(db) if isinstance(db, Path) else redact_url(db)
 
 
 def is_postgres_url(db: str | Path | object) -> bool:
-    """True for a PostgreSQL URL (postgresql://... or postgres://...); a Path never is one."""
+    """True for a PostgreSQL database, or a postgresql:// or postgres:// URL given as text.
+    The engine asks a Database for its `backend` instead; bench/postgres.py and
+    vortos_tui/cli/audit.py still ask this."""
+    if isinstance(db, Database):
+        return db.backend == POSTGRESQL
     return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
 
 
-# A database: a SQLite file's path, or a PostgreSQL URL (kept as text: a Path would fold its //).
-Database = Path | str
+# RFC 3986: a scheme is a letter, then letters, digits, `+`, `-` or `.`, ended by a colon.
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):")
 
 
-def parse_database(text: str | Path) -> Database:
-    """A --db value or setting: a URL stays text, anything else is a file path."""
-    if isinstance(text, Path):
-        return text
-    value = text.strip()
-    if not value:
-        raise ValueError("an empty database: give a file path or a postgresql:// URL")
+def url_scheme(text: str) -> str | None:
+    """The scheme of `text` in lower case, None for a plain path (no `scheme:` at its start).
+    A file whose first name holds a colon (`a:b.db`) reads as a URL: write `./a:b.db`."""
+    found = _SCHEME.match(text)
+    return found.group(1).lower() if found else None
+
+
+def sqlite_file(url: str) -> Path:
+    """The file a `sqlite:` URL names: `sqlite:relative/path.db` (from the working
+    directory), `sqlite:/abs/path.db` or `sqlite:///abs/path.db` (an empty host: a file has
+    none), percent-escapes decoded. ValueError for a host, a query, a fragment or no path."""
+    rest = url[len("sqlite:") :]
+    if "?" in rest or "#" in rest:
+        raise ValueError(
+            "a sqlite: URL without a query or fragment (for a file whose name holds ? or #, "
+            "give its path, not a URL)"
+        )
+    if rest.startswith("//"):
+        host, slash, path = rest[2:].partition("/")
+        if host:
+            raise ValueError(
+                "a sqlite: URL without a host (a SQLite file is on this one): "
+                "sqlite:///abs/path.db or sqlite:relative/path.db"
+            )
+        rest = slash + path
+    if not rest:
+        raise ValueError("a sqlite: URL naming a file: sqlite:///abs/path.db or sqlite:file.db")
+    return Path(unquote(rest))
+
+
+def refuse_keyword_string(value: str) -> None:
+    """ValueError for a libpq keyword string (`host=db dbname=vortos password=...`): taken as
+    a file name, it would put the password into every message naming the file."""
     if _KEYWORD_STRING.match(value):
-        # Taken as a file name, it would put the password into every message naming the file.
         raise ValueError(
             f"a postgresql:// URL, not a libpq keyword string ({redact_url(value)}): write it "
             "as postgresql://user:password@host:port/database (for a file of that name, "
             "start it with ./)"
         )
-    return unambiguous_url(value) if is_postgres_url(value) else Path(value)
 
 
 # In a URL's user or password these end it early or split it: each driver then reads another
@@ -60,7 +160,9 @@ _KEYWORD_STRING = re.compile(
 )
 
 
-def shown(db: Database) -> str:
-    """The database for messages, tables, JSON and logs: a URL without its secrets
-    (engine.domain.redact); a file's path as it is."""
-    return str(db) if isinstance(db, Path) else redact_url(db)
+def parse_database(text: str | Path | Database) -> Database:
+    """engine.backends.registry.parse_database, kept importable from here while
+    vortos_tui/console/main.py and vortos_tui/cli/workers.py import it from this module."""
+    from engine.backends.registry import parse_database as parse  # noqa: PLC0415 - a layer up
+
+    return parse(text)

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.backends.registry import database_of
 from engine.backends.sql.audit import SqlAuditLog
 from engine.domain.audit import AuditEntry, KeyRing, entry_message
 from engine.domain.audit_keys import KeyLineage, verify_signed
-from engine.domain.database import Database, is_postgres_url
+from engine.domain.database import Database
 from engine.domain.errors import InvalidInput
 
 ANCHOR_FIELDS = ("database_id", "chain", "seq", "hash", "key_id", "at", "signature")
@@ -73,15 +74,14 @@ class HeadAnchor:
         )
 
 
-def default_anchor_file(db: Database) -> Path | None:
-    """`<db>.anchors.jsonl` beside a SQLite file; None for PostgreSQL (give a file)."""
-    if is_postgres_url(db):
-        return None
-    path = Path(db)
-    return path.with_name(path.name + ".anchors.jsonl")
+def default_anchor_file(db: Database | Path | str) -> Path | None:
+    """`<db>.anchors.jsonl` beside a SQLite file; None for a database on a server (give a
+    file)."""
+    path = database_of(db).path
+    return None if path is None else path.with_name(path.name + ".anchors.jsonl")
 
 
-def anchor_file_for(db: Database, given: Path | str | None) -> Path:
+def anchor_file_for(db: Database | Path | str, given: Path | str | None) -> Path:
     """The anchors file to write or read: `given`, else the default beside the database."""
     if given is not None:
         return Path(given)

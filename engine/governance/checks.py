@@ -12,8 +12,8 @@ import zoneinfo
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from engine.backends.registry import database_of
 from engine.domain.approvals import ApprovalState, GatedOperation
-from engine.domain.database import is_postgres_url
 from engine.domain.errors import AuditKeyMissing, StorageError, VortosError
 from engine.domain.run import RunState
 from engine.domain.schedule import MisfireKind, Schedule, ScheduleOrigin, ScheduleStatus
@@ -66,7 +66,7 @@ class _Named:
 
 def _upgrade(ctx: DoctorContext) -> str:
     """The command that creates or upgrades the schema of the doctor's database."""
-    return "`vortos db init`" if isinstance(ctx.db, Path) else "`vortos db migrate --db URL`"
+    return "`vortos db init`" if database_of(ctx.db).is_file else "`vortos db migrate --db URL`"
 
 
 def _some(names: list[str]) -> str:
@@ -165,9 +165,10 @@ class StorageDisk(_Named):
         self.free_space = free_space
 
     def run(self, ctx: DoctorContext) -> Finding:
-        if not isinstance(ctx.db, Path):
+        path = database_of(ctx.db).path
+        if path is None:
             return self.skip("the database server's disk is the server's to watch")
-        where = ctx.db.resolve().parent
+        where = path.resolve().parent
         free, total = self.free_space(where)
         share = free / total if total else 0.0
         said = f"{free // MIB} MiB free of {total // MIB} MiB ({share:.0%}) at {where}"
@@ -196,7 +197,7 @@ class FileModes(_Named):
 
     def run(self, ctx: DoctorContext) -> Finding:
         access = current_file_access()
-        db = None if is_postgres_url(ctx.db) else Path(ctx.db)
+        db = database_of(ctx.db).path
         try:
             _, key = key_source(ctx.db, ctx.key_file)
         except AuditKeyMissing:

@@ -25,9 +25,10 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
+from engine.backends.registry import database_of
 from engine.domain.audit import KeyRing
 from engine.domain.audit_keys import EpochKey
-from engine.domain.database import is_postgres_url
+from engine.domain.database import Database
 from engine.domain.errors import AuditKeyMissing, InvalidInput
 from engine.file_modes import OWNER_ONLY, create_private, tighten
 
@@ -44,12 +45,13 @@ NO_SHARED_KEY = (
 )
 
 
-def default_key_file(db: Path | str) -> Path:
-    """Beside a SQLite file; a PostgreSQL URL has none (AuditKeyMissing says what to do)."""
-    if is_postgres_url(db):
+def default_key_file(db: Database | Path | str) -> Path:
+    """Beside a SQLite file; a database on a server has none (AuditKeyMissing says what to
+    do)."""
+    path = database_of(db).path
+    if path is None:
         raise AuditKeyMissing(NO_SHARED_KEY)
-    db = Path(db)
-    return db.with_name(db.name + ".audit-key")
+    return path.with_name(path.name + ".audit-key")
 
 
 def _parse(text: str, where: str, store: Callable[[KeyRing], None] | None = None) -> KeyRing:
@@ -144,7 +146,7 @@ def _file_store(path: Path) -> Callable[[KeyRing], None]:
     return store
 
 
-def key_source(db: Path | str, key_file: Path | None = None) -> tuple[str, Path | None]:
+def key_source(db: Database | Path | str, key_file: Path | None = None) -> tuple[str, Path | None]:
     """(description, file) of where the key is taken from; file None for the environment."""
     if os.environ.get(KEY_ENV):
         return f"${KEY_ENV}", None
@@ -156,7 +158,9 @@ def key_source(db: Path | str, key_file: Path | None = None) -> tuple[str, Path 
     return str(path), path
 
 
-def load_keyring(db: Path | str, *, key_file: Path | None = None, create: bool) -> KeyRing:
+def load_keyring(
+    db: Database | Path | str, *, key_file: Path | None = None, create: bool
+) -> KeyRing:
     """The key ring for the database at `db`. With `create`, a missing default key file is
     made; a missing file that was named explicitly is always an error."""
     env = os.environ.get(KEY_ENV)
@@ -178,12 +182,6 @@ def load_keyring(db: Path | str, *, key_file: Path | None = None, create: bool) 
     except OSError as exc:
         raise AuditKeyMissing(f"the audit key file {where} cannot be read: {exc}") from None
     return _parse(text, where, _file_store(path))
-
-
-def load_postgres_keyring(key_file: Path | None) -> KeyRing:
-    """The shared key ring of a PostgreSQL deployment: from the environment or a named file,
-    never made up here (a node with a key of its own would sign a chain nobody can verify)."""
-    return load_keyring("postgresql://", key_file=key_file, create=False)
 
 
 HEADER = (

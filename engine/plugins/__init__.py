@@ -50,12 +50,6 @@ from engine.ports.runs import RunLedger
 from engine.ports.schedules import ScheduleStore
 from engine.ports.storage import Storage
 
-# Temporary, not part of the public surface (not in __all__): engine/api.py and
-# vortos_tui/cli/context.py still import these two from here, until they import them from
-# engine.plugins.registry; then these two lines go.
-from engine.plugins.registry import Selection as Selection  # isort: skip
-from engine.plugins.registry import select_plugins as select_plugins  # isort: skip
-
 __all__ = [
     "AuditEntry",
     "AuditSink",

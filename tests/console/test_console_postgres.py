@@ -16,7 +16,7 @@ from textual.pilot import Pilot
 
 from engine import ManualClock, open_read_model
 from engine.backends.sql.diagnostics import TABLES as ENGINE_TABLES
-from engine.domain.database import Database
+from engine.domain.database import PlainDatabase
 from tests.console.screen_text import screen_lines
 from tests.console.seed import NOW, OPERATOR, ZONE
 from tests.pg import fresh_schema
@@ -54,7 +54,7 @@ def seeded_url(seeded_db: Path) -> Iterator[str]:
         yield url
 
 
-def console_on(db: Database, start_view: str) -> VortosConsole:
+def console_on(db: PlainDatabase, start_view: str) -> VortosConsole:
     """A read-only console on `db` at the seeded instant (no verbs: nothing to compare)."""
     ctx = ConsoleContext(
         db_label="seeded",
@@ -71,7 +71,7 @@ def console_on(db: Database, start_view: str) -> VortosConsole:
 
 
 async def screen(
-    db: Database, start_view: str, *keys: str, like: list[str] | None = None
+    db: PlainDatabase, start_view: str, *keys: str, like: list[str] | None = None
 ) -> list[str]:
     """The screen once it stops changing (two equal reads in a row), or, given `like`, once it
     reads as that, within 30 seconds: on a busy machine a view's rows may still be filling

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from engine import open_engine
+from engine.backends.registry import parse_database
 from engine.ports.lease import LEADER_LEASE
 from tests.cli.support import assert_clean_error
 from tests.conftest import CliResult, cli_env
@@ -237,20 +238,22 @@ def test_a_signal_stops_the_web_server_and_releases_the_lease(
 
 
 def test_browser_sessions_are_read_only_without_web_allow_actions(tmp_path: Path) -> None:
-    cli = CliState(db=tmp_path / "w.db")
+    cli = CliState(db=parse_database(tmp_path / "w.db"))
     argv = session_command(cli, allow_actions=False, zone_name="UTC", refresh="500ms")
     assert "--read-only" in argv
 
 
 def test_browser_sessions_may_act_with_web_allow_actions(tmp_path: Path) -> None:
-    cli = CliState(db=tmp_path / "w.db")
+    cli = CliState(db=parse_database(tmp_path / "w.db"))
     argv = session_command(cli, allow_actions=True, zone_name="UTC", refresh="500ms")
     assert "--read-only" not in argv
 
 
 def test_browser_sessions_attach_to_the_served_database(tmp_path: Path) -> None:
     db = tmp_path / "w.db"
-    argv = session_command(CliState(db=db), allow_actions=True, zone_name="UTC", refresh="1s")
+    argv = session_command(
+        CliState(db=parse_database(db)), allow_actions=True, zone_name="UTC", refresh="1s"
+    )
     assert argv[:3] == [sys.executable, "-m", "vortos_tui.console"]
     assert "--attach" in argv, "each session must not start a second engine"
     assert argv[argv.index("--db") + 1] == str(db.resolve())

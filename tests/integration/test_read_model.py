@@ -54,7 +54,7 @@ from engine import (
 )
 from engine.commands import StaticSchedule
 from engine.domain.audit import KeyRing
-from engine.domain.database import Database
+from engine.domain.database import PlainDatabase
 from engine.domain.run import TERMINAL_STATES
 from engine.domain.timeutil import HOUR_MS, MINUTE_MS
 from engine.ports import RunQuery
@@ -120,7 +120,7 @@ sqlite_only = pytest.mark.parametrize("backend", ["sqlite"])
 
 
 @pytest.fixture
-def db(backend: str, db_path: Path) -> Iterator[Database]:
+def db(backend: str, db_path: Path) -> Iterator[PlainDatabase]:
     """The database: a SQLite file's path, or the URL of a new schema in the test server."""
     if backend == "postgres":
         with fresh_schema() as url:
@@ -130,7 +130,7 @@ def db(backend: str, db_path: Path) -> Iterator[Database]:
 
 
 @pytest.fixture
-def engine(db: Database, clock: ManualClock, script: Script) -> Iterator[Engine]:
+def engine(db: PlainDatabase, clock: ManualClock, script: Script) -> Iterator[Engine]:
     commands: CommandRegistry = builtin_commands()
     commands.register("scripted", script.scripted)
     commands.register("ok", script.ok)
@@ -147,7 +147,7 @@ def engine(db: Database, clock: ManualClock, script: Script) -> Iterator[Engine]
 
 
 @pytest.fixture
-def model(engine: Engine, db: Database) -> Iterator[ReadModel]:
+def model(engine: Engine, db: PlainDatabase) -> Iterator[ReadModel]:
     """The read model of the engine's database (the engine fixture created it)."""
     opened = open_read_model(db)
     yield opened
@@ -736,7 +736,7 @@ def test_fires_filter_by_schedule(engine: Engine, fired: list[Run], model: ReadM
     assert fire_ids(model, schedule_id=sid) == newest_first(fired, lambda r: r.schedule_id == sid)
 
 
-def bulk_runs(db: Database, schedule_id: str, name: str, count: int) -> None:
+def bulk_runs(db: PlainDatabase, schedule_id: str, name: str, count: int) -> None:
     """`count` completed runs of one schedule in one statement (the service would need
     seconds for a hundred thousand): real rows in the real ledger, only written faster."""
     if not isinstance(db, Path):
@@ -767,7 +767,7 @@ def bulk_runs(db: Database, schedule_id: str, name: str, count: int) -> None:
 
 
 def test_a_filtered_fires_query_looks_only_within_the_newest_window(
-    engine: Engine, clock: ManualClock, db: Database, model: ReadModel
+    engine: Engine, clock: ManualClock, db: PlainDatabase, model: ReadModel
 ) -> None:
     create(engine, "old", tenant="legacy", paused=True)
     bulk_id = create(engine, "bulk", paused=True)
@@ -1134,7 +1134,7 @@ def terminate(url: str, pids: list[int]) -> None:
 
 @postgres_only
 def test_a_postgres_read_model_recovers_after_its_connection_is_killed(
-    engine: Engine, db: Database, clock: ManualClock
+    engine: Engine, db: PlainDatabase, clock: ManualClock
 ) -> None:
     assert isinstance(db, str)
     create(engine, "kept")
@@ -1160,7 +1160,7 @@ def test_a_postgres_read_model_recovers_after_its_connection_is_killed(
 
 @postgres_only
 def test_a_postgres_read_model_recovers_when_every_session_was_killed_mid_use(
-    engine: Engine, db: Database, clock: ManualClock
+    engine: Engine, db: PlainDatabase, clock: ManualClock
 ) -> None:
     assert isinstance(db, str)
     create(engine, "kept")
@@ -1189,7 +1189,7 @@ def schema_of(url: str) -> str:
 
 @postgres_only
 def test_reads_of_a_schema_gone_fail_then_recover_when_it_is_back(
-    engine: Engine, db: Database, model: ReadModel
+    engine: Engine, db: PlainDatabase, model: ReadModel
 ) -> None:
     assert isinstance(db, str)
     create(engine, "kept")
@@ -1290,7 +1290,7 @@ def test_reads_leave_the_database_file_byte_for_byte_unchanged(
 class Writer:
     """A write transaction of another process's connection, left open until `commit`."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: PlainDatabase) -> None:
         self._sqlite = apsw.Connection(str(db)) if isinstance(db, Path) else None
         self._pg = None if isinstance(db, Path) else psycopg.connect(db)
         if self._sqlite is not None:
@@ -1320,7 +1320,7 @@ class Writer:
 
 
 def test_a_read_beside_an_open_write_transaction_neither_waits_nor_sees_it(
-    engine: Engine, clock: ManualClock, db: Database, model: ReadModel
+    engine: Engine, clock: ManualClock, db: PlainDatabase, model: ReadModel
 ) -> None:
     sid = create(engine, "alpha", paused=True)
     create(engine, "beta")

@@ -206,4 +206,4 @@ def test_a_url_whose_host_cannot_be_told_from_its_password_is_refused_unshown(ur
     ],
 )
 def test_an_unambiguous_url_is_taken_as_it_is(url: str) -> None:
-    assert parse_database(url) == url
+    assert parse_database(url).location == url

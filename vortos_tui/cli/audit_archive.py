@@ -11,7 +11,7 @@ import typer
 from engine.api import Engine
 from engine.backends.sql.audit import SqlAuditLog
 from engine.domain.access import Operation
-from engine.domain.database import Database, is_postgres_url
+from engine.domain.database import Database
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import DAY_MS, iso_utc, parse_duration, parse_instant
 from engine.governance.anchors import anchor_file_for
@@ -80,13 +80,12 @@ def _sql_log(engine: Engine) -> SqlAuditLog[Any]:
 
 
 def _default_dir(db: Database) -> Path:
-    if is_postgres_url(db):
+    if db.path is None:
         raise InvalidInput(
             "a PostgreSQL database has no default archive directory: give -o DIR (or set the "
             "sweeper's audit_archive_dir)"
         )
-    path = Path(str(db))
-    return path.with_name(path.name + ".archive")
+    return db.path.with_name(db.path.name + ".archive")
 
 
 def archive_(

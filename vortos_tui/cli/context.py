@@ -5,30 +5,24 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import typer
 from typer._click.core import ParameterSource
 
-from engine import (
-    App,
-    CommandRegistry,
-    Engine,
-    ProcessAllowlist,
-    builtin_commands,
-    load_app,
-    open_engine,
-)
+from engine import App, CommandRegistry, Engine, ProcessAllowlist, builtin_commands, load_app
+from engine.api import EngineConfig, build_engine
+from engine.backends.registry import parse_database
 from engine.config import BY_NAME, Settings, load_settings
 from engine.domain.database import Database
-from engine.plugins import Selection, select_plugins
+from engine.plugins.registry import Selection, select_plugins
 
 
 @dataclass(slots=True)
 class CliState:
-    db: Database  # a SQLite file's path or a PostgreSQL URL
+    db: Database  # --db / VORTOS_DB / vortos.toml, parsed (a SQLite file, a database URL)
     app: str | None = None  # --app / VORTOS_APP: modules with @schedulable commands
     allow_exec: list[str] = field(default_factory=list)  # --allow-exec, beside VORTOS_PROCESS_ALLOW
     # --control-socket / VORTOS_CONTROL_SOCKET: changes go through `vortos run`'s socket
@@ -41,19 +35,26 @@ class CliState:
     _commands: CommandRegistry | None = None
     _plugins: Selection | None = None
 
+    def __post_init__(self) -> None:
+        # The db setting's default (and a test's or the console's Path) is given unparsed.
+        self.db = parse_database(self.db)
+
     def loaded_app(self) -> App:
         """The app's commands and static schedules (imported once per invocation)."""
         if self._app is None:
             self._app = App() if self.app is None else load_app(self.app)
         return self._app
 
-    def plugins(self, **overrides: Any) -> Selection:
+    def override(self, **values: Any) -> None:
+        """Replace settings with a command's own flags (`vortos run --lease-driver`,
+        `--approval-ttl`), for the rest of the invocation: the engine and the plug-ins are
+        built from them."""
+        self.settings = replace(self.settings, **values)  # each keeps the source it had
+        self._plugins = None
+
+    def plugins(self) -> Selection:
         """Every plug-in the settings name, imported (once per invocation): a missing or
-        broken one is an InvalidInput here, before anything is opened. `overrides` replace
-        settings (`vortos run --lease-driver`); they stay for the rest of the invocation."""
-        if overrides:
-            self.settings = _Overlay(self.settings, overrides)  # type: ignore[assignment]
-            self._plugins = None
+        broken one is an InvalidInput here, before anything is opened."""
         if self._plugins is None:
             self._plugins = select_plugins(self.settings)
         return self._plugins
@@ -79,19 +80,6 @@ class CliState:
             env=self.settings.process_env_allow,
             cwd=self.settings.process_cwd_allow,
         )
-
-
-class _Overlay:
-    """The settings, with some values replaced by a command's flags."""
-
-    def __init__(self, settings: Settings, overrides: Mapping[str, Any]) -> None:
-        self._settings = settings
-        self._overrides = dict(overrides)
-
-    def __getattr__(self, name: str) -> Any:
-        if name in self._overrides:
-            return self._overrides[name]
-        return getattr(self._settings, name)
 
 
 def given_flags(ctx: typer.Context, names: Mapping[str, str]) -> dict[str, Any]:
@@ -143,8 +131,8 @@ def open_existing(ctx: typer.Context) -> Engine:
 def open_to_serve(ctx: typer.Context, *, node_id: str | None = None) -> Engine:
     """For `vortos run` and `vortos consume`: the process that owns the database opens it
     itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket).
-    Its daemons lead with the lease driver of `cli.plugins()` (call it first, with the
-    command's --lease-driver)."""
+    Its daemons lead with the lease driver of `cli.plugins()` (the command's --lease-driver
+    given to `cli.override` first)."""
     engine = _open(state(ctx), create=True, node_id=node_id)
     try:
         # A node whose audit key is not the database's stops now, naming both keys, not at
@@ -166,20 +154,17 @@ def _open(
     """An engine that checks access with the selected policy, with the settings' audit key
     file; four-eyes requests it makes stay open for the approval_ttl setting (through a
     control socket, the server's)."""
-    plugins = cli.plugins()
-    engine = open_engine(
-        cli.db,
-        create=create,
+    config = EngineConfig.from_settings(
+        cli.settings,
+        database=cli.db,
+        plugins=cli.plugins(),
         commands=cli.commands(),
+        create=create,
         enforce=True,
         control_socket=control_socket,
-        audit_key_file=cli.settings.audit_key_file,
-        plugins=plugins,
-        settings=cli.settings,
         node_id=node_id,
     )
-    engine.service.four_eyes.ttl_ms = cli.settings.approval_ttl
-    return engine
+    return build_engine(config)
 
 
 def open_for_read(ctx: typer.Context) -> Engine:
@@ -189,10 +174,15 @@ def open_for_read(ctx: typer.Context) -> Engine:
     cli = state(ctx)
     if cli.control_socket is not None:
         return open_existing(ctx)
-    plugins = cli.plugins()
-    return open_engine(
-        cli.db, create=False, readonly=True, enforce=True, plugins=plugins, settings=cli.settings
+    config = EngineConfig.from_settings(
+        cli.settings,
+        database=cli.db,
+        plugins=cli.plugins(),
+        create=False,
+        readonly=True,
+        enforce=True,
     )
+    return build_engine(config)
 
 
 def operator() -> str:

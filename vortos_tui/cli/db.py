@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from engine.domain.database import is_postgres_url, shown
+from engine.domain.database import POSTGRESQL
 from engine.domain.errors import InvalidInput
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, create_key_file
 from vortos_tui.cli.context import open_for_read, open_for_write, operator, state
@@ -22,7 +22,7 @@ app = typer.Typer(help="Create, upgrade and inspect the database.", no_args_is_h
 def init(ctx: typer.Context) -> None:
     """Create the database, or upgrade an older schema in place. Safe to repeat."""
     _refuse_through_a_socket(ctx, "db init")
-    if is_postgres_url(state(ctx).db):
+    if state(ctx).db.backend == POSTGRESQL:
         migrate(ctx)
         return
     with open_for_write(ctx) as engine:
@@ -41,19 +41,19 @@ def migrate(ctx: typer.Context) -> None:
     audit key file named by audit_key_file when there is none yet."""
     _refuse_through_a_socket(ctx, "db migrate")
     cli = state(ctx)
-    if not is_postgres_url(cli.db):
+    if cli.db.backend != POSTGRESQL:
         init(ctx)
         return
     from engine.backends.postgres import migrate_database  # noqa: PLC0415 - the postgres extra
 
-    url = str(cli.db)
-    before, after = migrate_database(url)
+    before, after = migrate_database(cli.db.location)
+    where = cli.db.shown
     if before is None:
-        say(f"created the Vortos schema (version {after}) in {shown(url)}")
+        say(f"created the Vortos schema (version {after}) in {where}")
     elif before < after:
-        say(f"upgraded the Vortos schema of {shown(url)} from version {before} to {after}")
+        say(f"upgraded the Vortos schema of {where} from version {before} to {after}")
     else:
-        say(f"the Vortos schema of {shown(url)} is current (version {after})")
+        say(f"the Vortos schema of {where} is current (version {after})")
     key_file = cli.settings.audit_key_file
     if key_file is not None and not key_file.exists():
         create_key_file(key_file)

@@ -14,12 +14,13 @@ import typer
 from engine.api import Engine, default_node_id
 from engine.config import parse_option
 from engine.domain.approvals import approval_ttl_ms
-from engine.domain.database import is_postgres_url, shown
+from engine.domain.database import POSTGRESQL
 from engine.domain.errors import AuditKeyMissing, InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.file_modes import FileAccess, file_access, tighten_all, use_file_access, vortos_files
 from engine.governance.keys import key_source
 from engine.observability import DEFAULT_METRICS_HOST
+from engine.plugins.runtime import Runtime
 from engine.ports.dispatch import DispatchReport
 from engine.retention import retention_schedule
 from engine.retention.audit_upkeep import anchor_schedule
@@ -28,6 +29,7 @@ from engine.runtime.breaker import (
     MAX_BREAKER_FAILURES,
     MIN_BREAKER_RECOVERY_MS,
 )
+from engine.runtime.consumer import FireQueueConsumer
 from engine.runtime.daemon import (
     DEFAULT_TENANT_CAP,
     MAX_LOOKAHEAD_MS,
@@ -50,6 +52,7 @@ from vortos_tui.cli.workers import (
     MetricsPort,
     NodeId,
     ServiceThread,
+    Telemetry,
     Tracing,
     build_consumer,
     check_node_id,
@@ -63,120 +66,133 @@ from vortos_tui.cli.workers import (
 
 log = logging.getLogger("vortos.run")
 
+# The options of `vortos run` of its own (the consumers' and telemetry's are workers').
+LeaseTtl = Annotated[
+    str,
+    typer.Option("--lease-ttl", help="Leader lease time to live; a standby takes over within it."),
+]
+Lookahead = Annotated[
+    str,
+    typer.Option(
+        "--lookahead",
+        help="Dispatch slots up to this long before they are due (0 to 10s, default 1s); "
+        "their fires still become available at the due instant, so a burst of thousands of "
+        "slots due at once is written before it. A pause or delete within it still stops "
+        "the slot (consumers skip it at claim). 0: dispatch at the due instant.",
+    ),
+]
+TenantCap = Annotated[
+    int,
+    typer.Option(
+        "--tenant-cap",
+        min=0,
+        max=1_000_000,
+        help="While other tenants have schedules due, one tenant's backlog takes at most "
+        "this many due schedules of a dispatch transaction, so it cannot delay the others "
+        "(0: no cap).",
+    ),
+]
+BreakerFailures = Annotated[
+    int,
+    typer.Option(
+        "--breaker-failures",
+        min=1,
+        max=MAX_BREAKER_FAILURES,
+        help="Open the dispatch circuit breaker after this many dispatch transactions in a "
+        "row failed (the database locked past its busy timeout, say): no dispatch is tried "
+        "while it is open, and no slot is lost.",
+    ),
+]
+BreakerRecovery = Annotated[
+    str,
+    typer.Option(
+        "--breaker-recovery",
+        help="How long the open breaker waits before trying one dispatch again (at "
+        "least 1s); success closes it, failure opens it for another wait.",
+    ),
+]
+ControlSocket = Annotated[
+    Path | None,
+    typer.Option(
+        "--control-socket",
+        help="Serve operators' changes on this Unix socket (mode 0660), each made as the "
+        "account the kernel reports for the caller. See the README's deployment section.",
+    ),
+]
+ControlGroup = Annotated[
+    str | None,
+    typer.Option("--control-group", help="The group whose members may use the control socket."),
+]
+ApprovalTtl = Annotated[
+    str,
+    typer.Option(
+        "--approval-ttl",
+        envvar="VORTOS_APPROVAL_TTL",
+        help="How long a four-eyes request stays open for approval, and an approval for "
+        "use (1s to 30d).",
+    ),
+]
+Shards = Annotated[
+    int,
+    typer.Option(
+        "--shards",
+        min=1,
+        max=MAX_SHARDS,
+        help="Split the schedules into this many lease shards (PostgreSQL): each shard has "
+        "its own leader, so several nodes dispatch at once. Every node must use the same "
+        "number.",
+    ),
+]
+LeaseDriver = Annotated[
+    str,
+    typer.Option(
+        "--lease-driver",
+        help="How the leader lease is held: row (default), advisory (a PostgreSQL "
+        "advisory lock: a crashed leader is replaced at once), redis (--redis-url), or a "
+        "plug-in's name or dotted path (see `vortos plugins`).",
+    ),
+]
+RedisUrl = Annotated[
+    str | None,
+    typer.Option("--redis-url", help="The Redis server of --lease-driver redis."),
+]
+NoConsume = Annotated[
+    bool,
+    typer.Option(
+        "--no-consume", help="Dispatch only; run commands elsewhere with `vortos consume`."
+    ),
+]
+Demo = Annotated[
+    bool,
+    typer.Option(
+        "--demo", help="First add a few demo schedules (tenant 'demo') if they are missing."
+    ),
+]
+
 
 @handles_errors
 def run(
     ctx: typer.Context,
-    lease_ttl: Annotated[
-        str,
-        typer.Option(
-            "--lease-ttl", help="Leader lease time to live; a standby takes over within it."
-        ),
-    ] = "15s",
+    lease_ttl: LeaseTtl = "15s",
     node_id: NodeId = None,
-    lookahead: Annotated[
-        str,
-        typer.Option(
-            "--lookahead",
-            help="Dispatch slots up to this long before they are due (0 to 10s, default 1s); "
-            "their fires still become available at the due instant, so a burst of thousands of "
-            "slots due at once is written before it. A pause or delete within it still stops "
-            "the slot (consumers skip it at claim). 0: dispatch at the due instant.",
-        ),
-    ] = "1s",
-    tenant_cap: Annotated[
-        int,
-        typer.Option(
-            "--tenant-cap",
-            min=0,
-            max=1_000_000,
-            help="While other tenants have schedules due, one tenant's backlog takes at most "
-            "this many due schedules of a dispatch transaction, so it cannot delay the others "
-            "(0: no cap).",
-        ),
-    ] = DEFAULT_TENANT_CAP,
-    breaker_failures: Annotated[
-        int,
-        typer.Option(
-            "--breaker-failures",
-            min=1,
-            max=MAX_BREAKER_FAILURES,
-            help="Open the dispatch circuit breaker after this many dispatch transactions in a "
-            "row failed (the database locked past its busy timeout, say): no dispatch is tried "
-            "while it is open, and no slot is lost.",
-        ),
-    ] = DEFAULT_BREAKER_FAILURES,
-    breaker_recovery: Annotated[
-        str,
-        typer.Option(
-            "--breaker-recovery",
-            help="How long the open breaker waits before trying one dispatch again (at "
-            "least 1s); success closes it, failure opens it for another wait.",
-        ),
-    ] = "30s",
-    control_socket: Annotated[
-        Path | None,
-        typer.Option(
-            "--control-socket",
-            help="Serve operators' changes on this Unix socket (mode 0660), each made as the "
-            "account the kernel reports for the caller. See the README's deployment section.",
-        ),
-    ] = None,
-    control_group: Annotated[
-        str | None,
-        typer.Option("--control-group", help="The group whose members may use the control socket."),
-    ] = None,
-    approval_ttl: Annotated[
-        str,
-        typer.Option(
-            "--approval-ttl",
-            envvar="VORTOS_APPROVAL_TTL",
-            help="How long a four-eyes request stays open for approval, and an approval for "
-            "use (1s to 30d).",
-        ),
-    ] = "24h",
-    shards: Annotated[
-        int,
-        typer.Option(
-            "--shards",
-            min=1,
-            max=MAX_SHARDS,
-            help="Split the schedules into this many lease shards (PostgreSQL): each shard has "
-            "its own leader, so several nodes dispatch at once. Every node must use the same "
-            "number.",
-        ),
-    ] = 1,
-    lease_driver: Annotated[
-        str,
-        typer.Option(
-            "--lease-driver",
-            help="How the leader lease is held: row (default), advisory (a PostgreSQL "
-            "advisory lock: a crashed leader is replaced at once), redis (--redis-url), or a "
-            "plug-in's name or dotted path (see `vortos plugins`).",
-        ),
-    ] = "row",
-    redis_url: Annotated[
-        str | None,
-        typer.Option("--redis-url", help="The Redis server of --lease-driver redis."),
-    ] = None,
+    lookahead: Lookahead = "1s",
+    tenant_cap: TenantCap = DEFAULT_TENANT_CAP,
+    breaker_failures: BreakerFailures = DEFAULT_BREAKER_FAILURES,
+    breaker_recovery: BreakerRecovery = "30s",
+    control_socket: ControlSocket = None,
+    control_group: ControlGroup = None,
+    approval_ttl: ApprovalTtl = "24h",
+    shards: Shards = 1,
+    lease_driver: LeaseDriver = "row",
+    redis_url: RedisUrl = None,
     consumers: Consumers = DEFAULT_CONSUMERS,
-    no_consume: Annotated[
-        bool,
-        typer.Option(
-            "--no-consume", help="Dispatch only; run commands elsewhere with `vortos consume`."
-        ),
-    ] = False,
+    no_consume: NoConsume = False,
     claim_ttl: ClaimTtl = "60s",
     grace: Grace = "30s",
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = DEFAULT_METRICS_HOST,
     trace: Tracing = True,
-    demo: Annotated[
-        bool,
-        typer.Option(
-            "--demo", help="First add a few demo schedules (tenant 'demo') if they are missing."
-        ),
-    ] = False,
+    demo: Demo = False,
     log_level: LogLevel = "info",
 ) -> None:
     """Run the scheduler: lead (or stand by) and dispatch every due slot exactly once, and run
@@ -193,91 +209,142 @@ def run(
     cli = state(ctx)
     cli.serving = True  # it runs fires: its own allowlists, whatever socket the env names
     cli.commands()  # import the app (and refuse a broken one) before opening the database
-    # The same for every plug-in the settings name: a missing or broken one stops us here.
-    cli.plugins(lease_driver=o.lease_driver, redis_url=o.redis_url)
+    # The engine is built with run's own flags; every plug-in the settings name is imported
+    # now: a missing or broken one stops us here.
+    cli.override(lease_driver=o.lease_driver, redis_url=o.redis_url, approval_ttl=o.approval_ms)
+    cli.plugins()
     with contextlib.ExitStack() as serving:
-        # A metrics port in use fails here, before the database is opened.
-        telemetry = start_telemetry(o.metrics_port, o.metrics_host, trace)
-        serving.callback(telemetry.close)
-        access = file_access(o.control_group, cli.settings.operator_file_access)
-        use_file_access(access)  # what it creates: its --control-group's, not only the setting's
-        engine = serving.enter_context(open_to_serve(ctx, node_id=node))
-        _make_files_private(cli, access)
-        # Built before anything is written: a plug-in that fails to start changes nothing.
-        plugins = start_plugins(engine, cli, node, telemetry, ship_audit=True)
-        serving.callback(plugins.close)
-        serving.callback(telemetry.close)  # again, first: no scrape once the database closes
-        telemetry.watch(engine, cli.db)
-        # Every fire is audited: without the key there is no dispatching, so say so now.
-        engine.storage.audit.keys()
-        engine.service.four_eyes.ttl_ms = o.approval_ms
-        if o.control_socket is not None:
-            serving.enter_context(
-                engine.serve_control(
-                    o.control_socket,
-                    group=o.control_group,
-                    database=cli.db,  # the console's reads, narrowed per operator
-                    doctor=lambda: run_doctor(replace(cli, control_socket=None)),
-                )
-            )
+        node_ = _start_node(serving, ctx, o, node, trace=trace)
+        engine = node_.engine
+        _serve_operators(serving, engine, cli, o)
         _sync_static(engine, cli)
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
-        consumer = (
-            None
-            if no_consume
-            else build_consumer(engine, node, o.consumers, telemetry.observer, plugins.enqueuer)
-        )
-
-        def dispatched(report: DispatchReport) -> None:
-            if consumer is not None and report.dispatched:
-                consumer.poke()  # run the fires now, not at the consumer's next look
-
-        daemons = [
-            engine.daemon(
-                node_id=node,
-                lease_ttl_ms=o.lease_ttl_ms,
-                lookahead_ms=o.lookahead_ms,
-                on_dispatch=dispatched,
-                tenant_cap=o.tenant_cap or None,
-                observer=telemetry.observer,
-                breaker_failures=o.breaker_failures,
-                breaker_recovery_ms=o.recovery_ms,
-                shard=None if o.shards == 1 else (index, o.shards),
-            )
-            for index in range(o.shards)
-        ]
-
-        def stop() -> None:
-            for daemon in daemons:
-                daemon.stop()
-            if consumer is not None:
-                consumer.stop()
-
-        on_stop_signals(stop)
-        log.info(
-            "vortos %s on %s (lease ttl %s, %s lease%s, %s, %s)",
-            node,
-            shown(cli.db),
-            format_duration(o.lease_ttl_ms),
-            o.lease_driver,
-            "" if o.shards == 1 else f", {o.shards} shards",
-            "no consumers" if consumer is None else f"{o.consumers.concurrency} consumer thread(s)",
-            telemetry.describe(),
-        )
-        # Audit sinks are fed by the node that leads (shard 0's leader, with shards).
-        plugins.start(leading=lambda: daemons[0].leading)
-        # A consumer that fails (the database stayed unreadable) stops the daemons, and its
-        # error ends the service below: no service dispatching with nobody consuming.
-        worker = None if consumer is None else start_consumer(consumer, on_failure=stop)
-        try:
-            run_daemons(daemons)
-        finally:
-            if consumer is not None and worker is not None:
-                consumer.stop()
-                worker.join()
+        _lead_and_consume(node_, cli, o, node, consume=not no_consume)
         log.info("stopped")
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """What `vortos run` serves with: its engine, telemetry and running plug-ins."""
+
+    engine: Engine
+    telemetry: Telemetry
+    plugins: Runtime
+
+
+def _start_node(
+    serving: contextlib.ExitStack, ctx: typer.Context, o: _Options, node: str, *, trace: bool
+) -> _Node:
+    """Telemetry, the engine (its files made private), the plug-ins, each closed by `serving`
+    in the order that lets no scrape read a closed database."""
+    cli = state(ctx)
+    # A metrics port in use fails here, before the database is opened.
+    telemetry = start_telemetry(o.metrics_port, o.metrics_host, trace)
+    serving.callback(telemetry.close)
+    access = file_access(o.control_group, cli.settings.operator_file_access)
+    use_file_access(access)  # what it creates: its --control-group's, not only the setting's
+    engine = serving.enter_context(open_to_serve(ctx, node_id=node))
+    _make_files_private(cli, access)
+    # Built before anything is written: a plug-in that fails to start changes nothing.
+    plugins = start_plugins(engine, cli, node, telemetry, ship_audit=True)
+    serving.callback(plugins.close)
+    serving.callback(telemetry.close)  # again, first: no scrape once the database closes
+    telemetry.watch(engine, cli.db)
+    # Every fire is audited: without the key there is no dispatching, so say so now.
+    engine.storage.audit.keys()
+    return _Node(engine, telemetry, plugins)
+
+
+def _serve_operators(
+    serving: contextlib.ExitStack, engine: Engine, cli: CliState, o: _Options
+) -> None:
+    """The control socket, when asked for: operators' changes, the console's reads (narrowed
+    per operator) and the doctor, until `serving` closes."""
+    if o.control_socket is None:
+        return
+    serving.enter_context(
+        engine.serve_control(
+            o.control_socket,
+            group=o.control_group,
+            database=cli.db,  # the console's reads, narrowed per operator
+            doctor=lambda: run_doctor(replace(cli, control_socket=None)),
+        )
+    )
+
+
+def _lead_and_consume(
+    node_: _Node, cli: CliState, o: _Options, node: str, *, consume: bool
+) -> None:
+    """Lead (or stand by) and dispatch with a daemon per shard, with consumers beside (unless
+    `consume` is False), until a signal or a failure stops them."""
+    engine, telemetry = node_.engine, node_.telemetry
+    consumer = (
+        build_consumer(engine, node, o.consumers, telemetry.observer, node_.plugins.enqueuer)
+        if consume
+        else None
+    )
+    daemons = _daemons(engine, o, node, telemetry, consumer)
+
+    def stop() -> None:
+        for daemon in daemons:
+            daemon.stop()
+        if consumer is not None:
+            consumer.stop()
+
+    on_stop_signals(stop)
+    log.info(
+        "vortos %s on %s (lease ttl %s, %s lease%s, %s, %s)",
+        node,
+        cli.db.shown,
+        format_duration(o.lease_ttl_ms),
+        o.lease_driver,
+        "" if o.shards == 1 else f", {o.shards} shards",
+        "no consumers" if consumer is None else f"{o.consumers.concurrency} consumer thread(s)",
+        telemetry.describe(),
+    )
+    # Audit sinks are fed by the node that leads (shard 0's leader, with shards).
+    node_.plugins.start(leading=lambda: daemons[0].leading)
+    # A consumer that fails (the database stayed unreadable) stops the daemons, and its
+    # error ends the service below: no service dispatching with nobody consuming.
+    worker = None if consumer is None else start_consumer(consumer, on_failure=stop)
+    try:
+        run_daemons(daemons)
+    finally:
+        if consumer is not None and worker is not None:
+            consumer.stop()
+            worker.join()
+
+
+def _daemons(
+    engine: Engine,
+    o: _Options,
+    node: str,
+    telemetry: Telemetry,
+    consumer: FireQueueConsumer | None,
+) -> list[SchedulerDaemon]:
+    """A daemon per lease shard (one without shards), each poking the consumer when it
+    dispatched."""
+
+    def dispatched(report: DispatchReport) -> None:
+        if consumer is not None and report.dispatched:
+            consumer.poke()  # run the fires now, not at the consumer's next look
+
+    return [
+        engine.daemon(
+            node_id=node,
+            lease_ttl_ms=o.lease_ttl_ms,
+            lookahead_ms=o.lookahead_ms,
+            on_dispatch=dispatched,
+            tenant_cap=o.tenant_cap or None,
+            observer=telemetry.observer,
+            breaker_failures=o.breaker_failures,
+            breaker_recovery_ms=o.recovery_ms,
+            shard=None if o.shards == 1 else (index, o.shards),
+        )
+        for index in range(o.shards)
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +393,7 @@ def run_daemons(daemons: list[SchedulerDaemon]) -> None:
 def _make_files_private(cli: CliState, access: FileAccess) -> None:
     """An existing database or key file looser than the layout is tightened, and said (one
     line each): a file created under another umask, or copied in, must not stay readable."""
-    db = None if is_postgres_url(cli.db) else Path(cli.db)
+    db = cli.db.path
     try:
         _, key = key_source(cli.db, cli.settings.audit_key_file)
     except AuditKeyMissing:
@@ -378,7 +445,7 @@ def _redis_url(given: str | None) -> str | None:
 
 
 def _shards(ctx: typer.Context, shards: int) -> int:
-    if shards > 1 and not is_postgres_url(state(ctx).db):
+    if shards > 1 and state(ctx).db.backend != POSTGRESQL:
         raise InvalidInput(
             f"--shards {shards}: lease shards need PostgreSQL (--db postgresql://...); one "
             "SQLite file has one writer, so one leader dispatches it all"

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from pathlib import Path
 
-from engine import InvalidInput, open_engine
-from engine.domain.database import Database, is_postgres_url, shown
+from engine import CommandRegistry, Engine, InvalidInput, open_engine
+from engine.plugins.registry import Selection
 from vortos_tui.cli.context import CliState, operator
 from vortos_tui.cli.demo import demo_commands, seed_demo
 from vortos_tui.cli.output import say
@@ -30,8 +29,8 @@ def session_command(
     goes to the sessions as VORTOS_DB (see `serve`), never in their argv, which every local
     account can read in the process list."""
     argv = [sys.executable, "-m", "vortos_tui.console", "--attach"]
-    if not is_postgres_url(cli.db):
-        argv[3:3] = ["--db", _absolute(cli.db)]
+    if cli.db.path is not None:  # absolute: the served console's cwd may differ
+        argv[3:3] = ["--db", str(cli.db.path.resolve())]
     argv += ["--zone", zone_name, "--refresh", refresh, "--operator-label", f"{operator()} (web)"]
     if cli.app is not None:
         argv += ["--app", cli.app]
@@ -67,43 +66,26 @@ def serve(
     plugins = cli.plugins()  # a missing or broken plug-in stops us before anything opens
     if demo:
         demo_commands(commands)
-    attach = attach or cli.control_socket is not None  # the engine is `vortos run`'s
-    engine = (
-        None
-        if attach
-        else open_engine(
-            cli.db,
-            create=True,
-            commands=commands,
-            plugins=plugins,
-            settings=cli.settings,
-            node_id=node,
-        )
+    engine, host = _engine_host(
+        cli,
+        commands,
+        plugins,
+        attach=attach or cli.control_socket is not None,  # the engine is `vortos run`'s
+        demo=demo,
+        node=node,
+        lease_ttl_ms=lease_ttl_ms,
+        concurrency=concurrency,
+        claim_ttl_ms=claim_ttl_ms,
+        grace_ms=grace_ms,
     )
-    if attach:
-        open_engine(cli.db, create=False, readonly=True).close()
-    host = None
-    if engine is not None:
-        if demo:
-            seed_demo(engine, operator())
-        host = EngineHost(
-            engine,
-            node_id=node,
-            lease_ttl_ms=lease_ttl_ms,
-            concurrency=concurrency,
-            claim_ttl_ms=claim_ttl_ms,
-            grace_ms=grace_ms,
-            plugins=start_plugins(engine, cli, node, Telemetry(), ship_audit=True),
-        )
-        host.start()
-    if is_postgres_url(cli.db):
-        os.environ["VORTOS_DB"] = str(cli.db)  # the sessions' (textual-serve passes it on)
+    if not cli.db.is_file:
+        os.environ["VORTOS_DB"] = cli.db.location  # the sessions' (textual-serve passes it on)
     command = shlex.join(
         session_command(cli, allow_actions=allow_actions, zone_name=zone_name, refresh=refresh)
     )
     mode = "actions ALLOWED" if allow_actions else "read-only (--web-allow-actions to allow verbs)"
     say(
-        f"vortos console on http://{WEB_HOST}:{port} for {shown(cli.db)}: {mode}; "
+        f"vortos console on http://{WEB_HOST}:{port} for {cli.db.shown}: {mode}; "
         f"loopback only (no authentication: reach it through an SSH tunnel); Ctrl-C stops"
     )
     try:
@@ -115,6 +97,42 @@ def serve(
             engine.close()
 
 
-def _absolute(db: Database) -> str:
-    """The database as the served console's process must name it (its cwd may differ)."""
-    return str(db.resolve()) if isinstance(db, Path) else db
+def _engine_host(
+    cli: CliState,
+    commands: CommandRegistry,
+    plugins: Selection,
+    *,
+    attach: bool,
+    demo: bool,
+    node: str,
+    lease_ttl_ms: int,
+    concurrency: int,
+    claim_ttl_ms: int,
+    grace_ms: int,
+) -> tuple[Engine | None, EngineHost | None]:
+    """The engine this process runs and the host running its daemon and consumers; none
+    when `attach`ed to another's (the database must exist then)."""
+    if attach:
+        open_engine(cli.db, create=False, readonly=True).close()
+        return None, None
+    engine = open_engine(
+        cli.db,
+        create=True,
+        commands=commands,
+        plugins=plugins,
+        settings=cli.settings,
+        node_id=node,
+    )
+    if demo:
+        seed_demo(engine, operator())
+    host = EngineHost(
+        engine,
+        node_id=node,
+        lease_ttl_ms=lease_ttl_ms,
+        concurrency=concurrency,
+        claim_ttl_ms=claim_ttl_ms,
+        grace_ms=grace_ms,
+        plugins=start_plugins(engine, cli, node, Telemetry(), ship_audit=True),
+    )
+    host.start()
+    return engine, host

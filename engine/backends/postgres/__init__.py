@@ -42,9 +42,8 @@ from engine.backends.sql.diagnostics import store_counts
 from engine.backends.sql.operators import SqlOperatorStore
 from engine.backends.sql.plugin_state import SqlPluginStateStore
 from engine.domain.clock import Clock
-from engine.domain.database import is_postgres_url
 
-__all__ = ["PostgresBackend", "is_postgres_url", "migrate_database", "redact"]
+__all__ = ["PostgresBackend", "migrate_database", "redact"]
 
 
 class PostgresBackend:

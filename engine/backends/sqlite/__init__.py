@@ -56,6 +56,7 @@ class SqliteBackend:
         prepare(self.path, create=create and not readonly, write=not readonly)
         self.pool = ConnectionPool(self.path, readonly=readonly, busy_timeout_ms=busy_timeout_ms)
         self.readonly = readonly
+        self.clock = clock  # every store's (the engine takes it when it is given none)
         self.leases = SqliteLease(self.pool, clock)
         self.schedules = SqliteScheduleStore(self.pool)
         self.runs = SqliteRunLedger(self.pool)
