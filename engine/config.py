@@ -167,7 +167,8 @@ def _ms(value: Any) -> str:
 SETTINGS: tuple[Setting, ...] = (
     Setting(
         "db",
-        Path("vortos.db"),
+        # Parsed as every other value is, so settings.db is always a Database.
+        Database.file(Path("vortos.db")),
         _database,
         "a SQLite file, or a postgresql:// URL",
         shown_db,

@@ -18,7 +18,7 @@ from engine.commands import CommandRegistry
 from engine.commands.decorators import StaticSchedule
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock
-from engine.domain.database import Database
+from engine.domain.database import Database, PlainDatabase
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.domain.redact import scrub
 from engine.governance.audit import ChainReport, verify
@@ -65,7 +65,7 @@ class DoctorContext:
 
     storage: Storage
     clock: Clock
-    db: Database  # a SQLite file or a PostgreSQL URL
+    db: Database | PlainDatabase  # a SQLite file or a PostgreSQL URL
     key_file: Path | None = None
     remote_verify: Callable[[], list[ChainReport]] | None = None
     diagnostics: Diagnostics | None = None

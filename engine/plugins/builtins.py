@@ -18,8 +18,7 @@ def _storage(context: PluginContext) -> Storage:
             f"{context.setting} = {context.name!r} is built over the opened store, and this "
             "context carries none (PluginContext.storage)"
         )
-    storage: Storage = context.storage
-    return storage
+    return context.storage
 
 
 def row_driver(context: PluginContext) -> LeasePort:

@@ -19,14 +19,15 @@ import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from engine.config import Settings
 from engine.domain.clock import Clock
-from engine.domain.database import Database
+from engine.domain.database import PlainDatabase
 from engine.domain.errors import InvalidInput
 from engine.domain.values import TomlValue
 from engine.ports.policy import IdentityProvider, Policy
+from engine.ports.storage import Storage
 
 # What a factory returns is checked against its port by name (Port.required) when it is built;
 # its type is the port's, which the caller that asked for that port knows.
@@ -55,16 +56,14 @@ class PluginContext:
     setting: str  # the setting that selected it, e.g. "lease_driver"
     name: str  # the value that named it: a name or a dotted path
     clock: Clock
-    db: Database
+    db: PlainDatabase  # a SQLite file's Path, or the database URL as text
     node_id: str
     options: Mapping[str, TomlValue] = field(default_factory=dict)
     default: BuiltIn = None
     # The effective settings and the opened store; the built-in drivers use them, most
     # plug-ins never need to. None where the process has none (a context built by a test).
     settings: Settings | None = None
-    # engine.ports.storage.Storage | None once engine/backends/lease_drivers.py no longer passes
-    # it where a Storage is needed (its old factories, replaced by engine.plugins.builtins).
-    storage: Any = None
+    storage: Storage | None = None
 
 
 @dataclass(frozen=True, slots=True)

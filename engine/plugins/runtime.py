@@ -16,7 +16,7 @@ from typing import cast
 from engine.backends.mirrored_lease import LeaseRow, MirroredLease
 from engine.config import Settings
 from engine.domain.clock import Clock
-from engine.domain.database import Database
+from engine.domain.database import Database, PlainDatabase, plain_database
 from engine.governance.doctor import Check
 from engine.governance.policy import AccessControl, RoleBasedPolicy, StoredIdentities
 from engine.observability.observer import Observer
@@ -49,7 +49,7 @@ class Builder:
 
     storage: Storage
     clock: Clock
-    db: Database
+    db: Database | PlainDatabase
     node_id: str
     settings: Settings | None = None  # the effective settings, when the process has them
 
@@ -62,7 +62,7 @@ class Builder:
                 setting=plugin.port.setting,
                 name=plugin.name,
                 clock=self.clock,
-                db=self.db,
+                db=plain_database(self.db),
                 node_id=self.node_id,
                 options=options,
                 default=default,

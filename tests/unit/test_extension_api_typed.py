@@ -37,9 +37,6 @@ KNOWN = {
     # dict[str, JsonValue] needs str() around describe()["path"] at
     # tests/integration/test_plugin_runtime.py:53.
     "engine.ports.storage.Storage.describe(return)[1]",
-    # Storage | None once engine/backends/lease_drivers.py's old factories are deleted.
-    "engine.plugins.registry.PluginContext.storage",
-    "engine.plugins.registry.PluginContext.__init__(storage)",
 }
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from engine import Engine, FireQueueConsumer, open_read_model
-from engine.domain.database import Database, parse_database
+from engine.domain.database import Database, PlainDatabase
 from engine.domain.errors import InvalidInput
 from engine.domain.redact import ScrubbingFormatter
 from engine.domain.timeutil import format_duration, parse_duration
@@ -161,7 +161,7 @@ def start_plugins(
     """Build the enqueuer, metrics backends and (with `ship_audit`) audit sinks the settings
     select; their failures are counted by this process's metrics. Metrics backends join the
     telemetry observer. Close the result before the database."""
-    builder = Builder(engine.storage, engine.clock, parse_database(str(cli.db)), node, cli.settings)
+    builder = Builder(engine.storage, engine.clock, cli.db, node, cli.settings)
     counted = telemetry.observer
     runtime = build_runtime(
         cli.plugins(),
@@ -199,7 +199,7 @@ class Telemetry:
             parts.append("spans through OpenTelemetry")
         return ", ".join(parts)
 
-    def watch(self, engine: Engine, db: Database) -> None:
+    def watch(self, engine: Engine, db: Database | PlainDatabase) -> None:
         """Add the gauges read from the store on each scrape, and report the retention
         sweeps this process runs."""
         if self.metrics is not None:
