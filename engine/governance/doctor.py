@@ -303,8 +303,8 @@ def default_checks() -> list[Check]:
     ]
 
 
-# Imported last: engine.plugins, the package of this registry, takes Check, DoctorContext,
-# Finding and Status from this module for its public surface, so importing it before they are
-# defined would be circular. The name is needed at run time only to resolve DoctorContext's
-# annotations (typing.get_type_hints).
+# Imported last: importing engine.plugins.registry first runs the package engine.plugins,
+# whose public surface takes Check, DoctorContext, Finding and Status from this module, so
+# importing it before they are defined would be circular. The name is needed at run time only
+# to resolve DoctorContext's annotations (typing.get_type_hints).
 from engine.plugins.registry import Selection  # noqa: E402
