@@ -38,6 +38,7 @@ from engine.domain.database import (
     sqlite_file,
     unambiguous_url,
     url_scheme,
+    use_parser,
 )
 from engine.domain.errors import InvalidInput, StorageError
 
@@ -220,6 +221,9 @@ def parse_database(text: str | Path | Database) -> Database:
     if backend is POSTGRES_BACKEND:
         return Database(POSTGRESQL, unambiguous_url(value))
     return Database(backend.name, value)
+
+
+use_parser(parse_database)
 
 
 def database_of(db: str | Path | Database) -> Database:

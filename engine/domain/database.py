@@ -8,6 +8,7 @@ value itself and the spelling rules every backend shares.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -160,9 +161,20 @@ _KEYWORD_STRING = re.compile(
 )
 
 
-def parse_database(text: str | Path | Database) -> Database:
-    """engine.backends.registry.parse_database, kept importable from here while
-    vortos_tui/console/main.py and vortos_tui/cli/workers.py import it from this module."""
-    from engine.backends.registry import parse_database as parse  # noqa: PLC0415 - a layer up
+# The registry's parser: engine.backends.registry hands it over when it is imported (as any
+# `import engine...` does), so the domain imports nothing above it.
+_parse: Callable[[str | Path | Database], Database] | None = None
 
-    return parse(text)
+
+def use_parser(parse: Callable[[str | Path | Database], Database]) -> None:
+    """Make `parse_database` here the registry's (engine.backends.registry calls this)."""
+    global _parse  # noqa: PLW0603 - the one hand-over, at the registry's import
+    _parse = parse
+
+
+def parse_database(text: str | Path | Database) -> Database:
+    """engine.backends.registry.parse_database, callable from here while
+    vortos_tui/console/main.py and vortos_tui/cli/workers.py import it from this module."""
+    if _parse is None:
+        raise RuntimeError("engine.backends.registry is not imported: import engine first")
+    return _parse(text)
