@@ -28,19 +28,19 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if not 1 <= self.max_attempts <= MAX_ATTEMPTS_LIMIT:
             raise InvalidInput(
-                f"max attempts {self.max_attempts} (max_attempts=) is out of range: use 1 to "
+                f"max attempts {self.max_attempts} is out of range (max_attempts=): use 1 to "
                 f"{MAX_ATTEMPTS_LIMIT}"
             )
         if not 0 <= self.backoff_ms <= DAY_MS:
             raise InvalidInput(
-                f"retry backoff {format_duration(abs(self.backoff_ms))} (backoff_ms=) is out of "
-                "range: use 0 to 1d"
+                f"retry backoff {format_duration(abs(self.backoff_ms))} is out of range "
+                "(backoff_ms=): use 0 to 1d"
             )
         if not self.backoff_ms <= self.backoff_cap_ms <= DAY_MS:
             raise InvalidInput(
-                f"the retry backoff cap {format_duration(self.backoff_cap_ms)} (backoff_cap_ms=) "
-                f"must be between the backoff {format_duration(self.backoff_ms)} (backoff_ms=) "
-                "and 1d: give both"
+                f"the retry backoff cap {format_duration(self.backoff_cap_ms)} must be between "
+                f"the backoff and 1d (backoff_cap_ms=; the backoff, backoff_ms=, is "
+                f"{format_duration(self.backoff_ms)})"
             )
 
     def to_json(self) -> dict[str, int]:

@@ -83,18 +83,18 @@ class MisfirePolicy:
     def __post_init__(self) -> None:
         if not 1 <= self.catch_up_cap <= CATCH_UP_CAP_MAX:
             raise InvalidInput(
-                f"catch-up cap {self.catch_up_cap} (catch_up_cap=) is out of range: use 1 to "
+                f"catch-up cap {self.catch_up_cap} is out of range (catch_up_cap=): use 1 to "
                 f"{CATCH_UP_CAP_MAX}"
             )
         if not SECOND_MS <= self.max_age_ms <= CATCH_UP_AGE_MAX_MS:
             raise InvalidInput(
-                f"maximum catch-up age {_spelled(self.max_age_ms)} (max_age_ms=) is out of "
-                "range: use 1s to 366d"
+                f"maximum catch-up age {_spelled(self.max_age_ms)} is out of range "
+                "(max_age_ms=): use 1s to 366d"
             )
         # A slot later than a year is no longer "late": it is a missed one.
         if not 0 <= self.grace_ms <= CATCH_UP_AGE_MAX_MS:
             raise InvalidInput(
-                f"misfire grace {_spelled(self.grace_ms)} (grace_ms=) is out of range: "
+                f"misfire grace {_spelled(self.grace_ms)} is out of range (grace_ms=): "
                 "use 0 to 366d"
             )
 
@@ -252,7 +252,7 @@ def validate_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
 def validate_jitter(jitter_ms: int) -> int:
     if not 0 <= jitter_ms <= JITTER_MAX_MS:
         raise InvalidInput(
-            f"jitter {_spelled(jitter_ms)} (jitter_ms=) is out of range: use 0 to 1h"
+            f"jitter {_spelled(jitter_ms)} is out of range (jitter_ms=): use 0 to 1h"
         )
     return jitter_ms
 

@@ -40,7 +40,7 @@ def test_a_payload_of_another_json_type_is_a_change(tmp_path: Path, first: str, 
         (("--max-catch-up-age", "400d"), ("--max-catch-up-age", "366d")),
         (("--misfire-grace", "400d"), ("--misfire-grace", "366d")),
         (("--retry-backoff", "10m"), ("--retry-backoff", "--retry-backoff-cap")),
-        (("--jitter", "2h"), ("2h (--jitter)", "0 to 1h")),
+        (("--jitter", "2h"), ("2h is out of range (--jitter)", "0 to 1h")),
         (("--expect-version", "-1", "--jitter", "1s"), ("--expect-version", "from 1")),
     ],
 )

@@ -241,4 +241,4 @@ def test_the_catch_up_age_limit_is_the_domains(tmp_path: Path) -> None:
         "schedule", "edit", "report", "--tenant", "acme", "--max-catch-up-age", "400d", db=db
     )
     assert refused.code == 2, refused
-    assert "400d (--max-catch-up-age)" in refused.stderr
+    assert "400d is out of range (--max-catch-up-age)" in refused.stderr

@@ -25,6 +25,7 @@ def schedule_json(s: Schedule) -> dict[str, Any]:
     """The definition as ScheduleSpec.to_json spells it everywhere (the control socket, audit
     entries), then the schedule's state; instants as ISO 8601 UTC."""
     definition = s.spec.to_json()
+    definition["trigger"].pop("anchored", None)  # a new interval's: stored, it is anchored
     definition["trigger"]["description"] = s.trigger.describe()
     return {
         "id": s.id,
