@@ -178,7 +178,7 @@ def console(
     """The operations console: schedules due soonest first, live fires, run and schedule
     detail; pause, resume and trigger with a confirmation. Keys as in k9s (? for help)."""
     root = ctx.find_root().obj
-    cli = root if isinstance(root, CliState) else CliState(db=Path(DEFAULT_DB))
+    cli = root if isinstance(root, CliState) else CliState(db=parse_database(DEFAULT_DB))
     if db_path is not None:
         try:
             cli.db = parse_database(db_path)

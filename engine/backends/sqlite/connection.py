@@ -311,8 +311,16 @@ CREATE TABLE schedules_rebuilt (
     override     TEXT,
     UNIQUE (tenant, name)
 );
-INSERT INTO schedules_rebuilt (id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, created_at, updated_at, origin, retry, declared_paused, override)
-SELECT id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, created_at, updated_at, origin, retry, declared_paused, override FROM schedules;
+INSERT INTO schedules_rebuilt (
+    id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire,
+    overlap, jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at,
+    next_fire_at, created_at, updated_at, origin, retry, declared_paused, override
+)
+SELECT
+    id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire,
+    overlap, jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at,
+    next_fire_at, created_at, updated_at, origin, retry, declared_paused, override
+FROM schedules;
 DROP TABLE schedules;
 ALTER TABLE schedules_rebuilt RENAME TO schedules;
 -- The due scan reads only this index: its cost follows the number due, not the number stored.
