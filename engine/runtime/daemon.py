@@ -208,6 +208,12 @@ class SchedulerDaemon:
         if not self.breaker.allow():
             self._hold_back(horizon)
             return self._open_wait(now)
+        return self._dispatch(now, horizon)
+
+    def _dispatch(self, now: int, horizon: int) -> float:
+        """One dispatch transaction of the slots due up to `horizon` (the lease held, the
+        breaker closed); how long to wait after it. One call per transaction, none per fire:
+        the per-fire work stays in the store's dispatch and the observer."""
         observer = self._observer
         facts = DispatchFacts(now, time.time_ns(), 0.0, self.config.node_id)
         resolve = resolver_at(now, horizon)
