@@ -61,46 +61,18 @@ def execute(
     if command is None:
         return _failed(fire, retry(), clock, f"command {fire.command!r} is not registered here")
     try:
-        # Against the command as registered now (it may have changed since the fire was
-        # written). The payload's shape and size were checked when it was stored: only the
-        # command's own parameters and check are asked again.
-        payload = command.schema.validate(command.name, fire.payload)
-        if command.check is not None:
-            payload = command.check(payload)
+        kwargs = _arguments(command, fire, ctx)
     except InvalidInput as exc:
         return _final(fire, clock, RunState.FAILED, f"the payload no longer fits: {exc}")
-    kwargs: dict[str, Any] = dict(payload)
-    if command.schema.context_parameter is not None:
-        kwargs[command.schema.context_parameter] = ctx
+    # The command is called in this frame, not a helper's: _trace starts a traceback without
+    # the command's own code (a callable object) at the frame below this one.
     try:
         if command.is_async:
             returned = (runner or asyncio.run)(_cancellable(command, kwargs, ctx))
         else:
             returned = command.run(**kwargs)
-    except RescheduleFire as exc:
-        return Settlement(
-            fire.run_id,
-            Outcome.RESCHEDULE,
-            RunState.DISPATCHED,
-            error=None,
-            output=_clip(str(exc), OUTPUT_MAX),
-            finished_at=clock.now_ms(),
-            available_at=clock.now_ms() + exc.delay_ms,
-        )
-    except (CommandCancelled, asyncio.CancelledError) as exc:
-        if ctx.cancelled:
-            return _cancelled(fire, ctx, clock)
-        return _failed(fire, retry(), clock, _describe(exc), _trace(exc, command))
-    except PermanentFailure as exc:
-        return _final(fire, clock, RunState.FAILED, _describe(exc), _trace(exc, command))
-    except CommandFailed as exc:
-        if ctx.cancelled:
-            return _cancelled(fire, ctx, clock, output=exc.output, exit_code=exc.exit_code)
-        return _failed(fire, retry(), clock, str(exc), exc.output, exc.exit_code)
-    except Exception as exc:  # noqa: BLE001 (a command may raise anything; it is recorded)
-        if ctx.cancelled:
-            return _cancelled(fire, ctx, clock, output=_trace(exc, command))
-        return _failed(fire, retry(), clock, _describe(exc), _trace(exc, command))
+    except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (a command may raise anything)
+        return _settle_raised(exc, command, fire, ctx, retry, clock)
     output, code = _output(returned)
     return Settlement(
         fire.run_id,
@@ -110,6 +82,55 @@ def execute(
         exit_code=code,
         finished_at=clock.now_ms(),
     )
+
+
+def _arguments(command: Command, fire: Fire, ctx: FireContext) -> dict[str, Any]:
+    """The command's keyword arguments: the payload checked (InvalidInput when it no longer
+    fits) and the fire's context, when the command takes one."""
+    # Against the command as registered now (it may have changed since the fire was
+    # written). The payload's shape and size were checked when it was stored: only the
+    # command's own parameters and check are asked again.
+    payload = command.schema.validate(command.name, fire.payload)
+    if command.check is not None:
+        payload = command.check(payload)
+    kwargs: dict[str, Any] = dict(payload)
+    if command.schema.context_parameter is not None:
+        kwargs[command.schema.context_parameter] = ctx
+    return kwargs
+
+
+def _settle_raised(
+    exc: BaseException,
+    command: Command,
+    fire: Fire,
+    ctx: FireContext,
+    retry: Callable[[], RetryPolicy],
+    clock: Clock,
+) -> Settlement:
+    """The settlement of an attempt whose command raised `exc`, checked most specific first."""
+    if isinstance(exc, RescheduleFire):
+        return Settlement(
+            fire.run_id,
+            Outcome.RESCHEDULE,
+            RunState.DISPATCHED,
+            error=None,
+            output=_clip(str(exc), OUTPUT_MAX),
+            finished_at=clock.now_ms(),
+            available_at=clock.now_ms() + exc.delay_ms,
+        )
+    if isinstance(exc, (CommandCancelled, asyncio.CancelledError)):
+        if ctx.cancelled:
+            return _cancelled(fire, ctx, clock)
+        return _failed(fire, retry(), clock, _describe(exc), _trace(exc, command))
+    if isinstance(exc, PermanentFailure):
+        return _final(fire, clock, RunState.FAILED, _describe(exc), _trace(exc, command))
+    if isinstance(exc, CommandFailed):
+        if ctx.cancelled:
+            return _cancelled(fire, ctx, clock, output=exc.output, exit_code=exc.exit_code)
+        return _failed(fire, retry(), clock, str(exc), exc.output, exc.exit_code)
+    if ctx.cancelled:
+        return _cancelled(fire, ctx, clock, output=_trace(exc, command))
+    return _failed(fire, retry(), clock, _describe(exc), _trace(exc, command))
 
 
 async def _cancellable(command: Command, kwargs: dict[str, Any], ctx: FireContext) -> Any:
