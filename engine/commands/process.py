@@ -207,20 +207,7 @@ class ProcessRunner:
         directory = working_directory(cwd, self.allowlist.cwd_dirs)
         limit_s = _timeout_ms(timeout) / 1000
         started = time.monotonic()
-        try:
-            child = subprocess.Popen(
-                [program, *argv[1:]],
-                cwd=directory,  # resolved: what was checked is what the child gets
-                env=environment,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                close_fds=True,  # none of the service's descriptors (the database's) leak in
-                umask=CHILD_UMASK,
-                start_new_session=True,  # its own process group: a kill takes its children too
-            )
-        except OSError as exc:
-            raise CommandFailed(f"cannot start {program}: {exc.strerror or exc}") from None
+        child = _start(program, argv[1:], directory, environment)
         stopped: list[str] = []
 
         def stop(why: str) -> None:
@@ -239,22 +226,55 @@ class ProcessRunner:
             except subprocess.TimeoutExpired:
                 stop(timed_out)
         child.wait()
-        took = format_duration(max(0, round((time.monotonic() - started) * 1000)))
-        output = _tails(out, err)
-        code = child.returncode
-        if stopped:
-            raise CommandFailed(
-                f"{Path(program).name} {stopped[0]}: killed (exit {code}) after {took}",
-                output=output,
-                exit_code=code,
-            )
-        if code != 0:
-            raise CommandFailed(
-                f"{Path(program).name} exited with status {code} after {took}",
-                output=output,
-                exit_code=code,
-            )
-        return CommandResult(output=output, exit_code=code)
+        return _result(program, child, out, err, stopped, started)
+
+
+def _start(
+    program: str, args: list[str], directory: str, environment: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """The child, started with nothing of the service's but what was checked."""
+    try:
+        return subprocess.Popen(
+            [program, *args],
+            cwd=directory,  # resolved: what was checked is what the child gets
+            env=environment,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,  # none of the service's descriptors (the database's) leak in
+            umask=CHILD_UMASK,
+            start_new_session=True,  # its own process group: a kill takes its children too
+        )
+    except OSError as exc:
+        raise CommandFailed(f"cannot start {program}: {exc.strerror or exc}") from None
+
+
+def _result(
+    program: str,
+    child: subprocess.Popen[bytes],
+    out: _Tail,
+    err: _Tail,
+    stopped: list[str],
+    started: float,
+) -> CommandResult:
+    """The ended child's result: its output tails, or CommandFailed when it was stopped (the
+    first reason why) or exited non-zero."""
+    took = format_duration(max(0, round((time.monotonic() - started) * 1000)))
+    output = _tails(out, err)
+    code = child.returncode
+    if stopped:
+        raise CommandFailed(
+            f"{Path(program).name} {stopped[0]}: killed (exit {code}) after {took}",
+            output=output,
+            exit_code=code,
+        )
+    if code != 0:
+        raise CommandFailed(
+            f"{Path(program).name} exited with status {code} after {took}",
+            output=output,
+            exit_code=code,
+        )
+    return CommandResult(output=output, exit_code=code)
 
 
 def _kill_group(child: subprocess.Popen[bytes]) -> None:
