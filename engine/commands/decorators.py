@@ -149,20 +149,7 @@ def scheduled(
     `dst_repeated` (auto, first, last, both) and `dst_missing` (shift, transition, skip) are
     the cron's DST rules; unnamed, a new schedule gets auto and shift and a stored one keeps
     its own."""
-    if (cron is None) == (every is None):
-        raise InvalidInput("@scheduled needs exactly one of cron=... or every=...")
-    trigger: Trigger
-    if cron is not None:
-        trigger = CronTrigger(
-            cron,
-            _choice(RepeatedHour, dst_repeated, "dst_repeated", RepeatedHour.AUTO),
-            _choice(MissingHour, dst_missing, "dst_missing", MissingHour.SHIFT),
-        )
-    elif dst_repeated is not None or dst_missing is not None:
-        raise InvalidInput("@scheduled: dst_repeated and dst_missing apply only to cron=...")
-    else:
-        every_ms = parse_duration(str(every), what="every")
-        trigger = IntervalTrigger(every_ms, 0)
+    trigger = _trigger(cron, every, dst_repeated, dst_missing)
     zone(timezone)
     validate_name(tenant, what="tenant")
     if name is not None:
@@ -170,37 +157,82 @@ def scheduled(
     policies = _policies(misfire, overlap)
     jitter_ms = validate_jitter(0 if jitter is None else parse_duration(jitter, what="jitter"))
     validate_metadata(metadata or {})
-    retry = _retry(max_attempts, retry_backoff, retry_backoff_cap)
+    return _Declaration(
+        name=name,
+        trigger=trigger,
+        timezone=timezone,
+        payload=payload,
+        tenant=tenant,
+        misfire=policies[0],
+        overlap=policies[1],
+        jitter_ms=jitter_ms,
+        metadata=metadata,
+        retry=_retry(max_attempts, retry_backoff, retry_backoff_cap),
+        paused=paused,
+        dst_declared=dst_repeated is not None or dst_missing is not None,
+    )
 
-    def declare(target: F) -> F:
+
+def _trigger(
+    cron: str | None, every: str | int | None, dst_repeated: str | None, dst_missing: str | None
+) -> Trigger:
+    if (cron is None) == (every is None):
+        raise InvalidInput("@scheduled needs exactly one of cron=... or every=...")
+    if cron is not None:
+        return CronTrigger(
+            cron,
+            _choice(RepeatedHour, dst_repeated, "dst_repeated", RepeatedHour.AUTO),
+            _choice(MissingHour, dst_missing, "dst_missing", MissingHour.SHIFT),
+        )
+    if dst_repeated is not None or dst_missing is not None:
+        raise InvalidInput("@scheduled: dst_repeated and dst_missing apply only to cron=...")
+    return IntervalTrigger(parse_duration(str(every), what="every"), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Declaration:
+    """What one @scheduled declares, checked at import time (a mistake fails the import, not
+    the first sync); applied to the function below it, whose command it needs."""
+
+    name: str | None  # None: the command's name
+    trigger: Trigger
+    timezone: str
+    payload: Mapping[str, Any] | None
+    tenant: str
+    misfire: MisfireKind
+    overlap: OverlapPolicy
+    jitter_ms: int
+    metadata: Mapping[str, str] | None
+    retry: RetryPolicy
+    paused: bool
+    dst_declared: bool  # the code named the cron's DST rules (see StaticSchedule)
+
+    def __call__(self, target: F) -> F:
         command = command_of(target) or command_of(schedulable(target))
         assert command is not None
-        checked = command.validate(payload or {})
+        checked = command.validate(self.payload or {})
         source = command.source
         spec = ScheduleSpec(
-            name=name or command.name,
-            trigger=trigger,
+            name=self.name or command.name,
+            trigger=self.trigger,
             command=command.name,
             payload=checked,
-            timezone=timezone,
-            tenant=tenant,
-            misfire=MisfirePolicy(kind=policies[0]),
-            overlap=policies[1],
-            jitter_ms=jitter_ms,
-            metadata={**(metadata or {}), SOURCE_KEY: source},
-            retry=retry,
+            timezone=self.timezone,
+            tenant=self.tenant,
+            misfire=MisfirePolicy(kind=self.misfire),
+            overlap=self.overlap,
+            jitter_ms=self.jitter_ms,
+            metadata={**(self.metadata or {}), SOURCE_KEY: source},
+            retry=self.retry,
         )
         declared: list[StaticSchedule] = list(getattr(target, SCHEDULES_ATTR, []))
-        if any(s.spec.name == spec.name and s.spec.tenant == tenant for s in declared):
+        if any(s.spec.name == spec.name and s.spec.tenant == self.tenant for s in declared):
             raise InvalidInput(
                 f"{source} declares two static schedules named {spec.name!r}: pass name=..."
             )
-        named_dst = dst_repeated is not None or dst_missing is not None
-        declared.append(StaticSchedule(spec, source, paused, dst_declared=named_dst))
+        declared.append(StaticSchedule(spec, source, self.paused, dst_declared=self.dst_declared))
         setattr(target, SCHEDULES_ATTR, declared)
         return target
-
-    return declare
 
 
 _Rule = TypeVar("_Rule", RepeatedHour, MissingHour)
