@@ -60,47 +60,13 @@ class FourEyesGate:
             operation, tenant, {"schedule": schedule, **(written or change)}, actor
         )
         now = self._clock.now_ms()
-        approvals = self._storage.approvals
-        approved = approvals.find(
+        approved = self._storage.approvals.find(
             tenant=tenant, digest=digest, state=ApprovalState.APPROVED, now_ms=now
         )
         if approved is not None:
             return approved
         with self._storage.atomic():
-            pending = approvals.find(
-                tenant=tenant, digest=digest, state=ApprovalState.PENDING, now_ms=now
-            )
-            if pending is None:
-                pending = Approval(
-                    id=self.new_id(),
-                    tenant=tenant,
-                    schedule=schedule,
-                    operation=operation,
-                    digest=digest,
-                    change=described,
-                    requested_by=actor,
-                    requested_at=now,
-                    expires_at=now + self.ttl_ms,
-                    stored_state=ApprovalState.PENDING,
-                )
-                approvals.add(pending)
-                self._append(
-                    actor,
-                    [
-                        AuditEvent(
-                            "approval.requested",
-                            actor=actor,
-                            tenant=tenant,
-                            data={
-                                "approval": pending.id,
-                                "operation": operation.value,
-                                "schedule": schedule,
-                                "digest": digest,
-                            },
-                        )
-                    ],
-                )
-                log.info("%s asked for approval %s: %s %s", actor, pending.id, operation, schedule)
+            pending = self._pending(actor, operation, tenant, schedule, described, digest, now)
         raise ApprovalRequired(
             f"{operation.value} of sensitive schedule {tenant}/{schedule}{why} needs a second "
             f"operator's approval: request {pending.id} is pending until "
@@ -109,6 +75,56 @@ class FourEyesGate:
             "approval is its requester's to use, for exactly this change)",
             pending,
         )
+
+    def _pending(
+        self,
+        actor: str,
+        operation: GatedOperation,
+        tenant: str,
+        schedule: str,
+        described: dict[str, Any],
+        digest: str,
+        now: int,
+    ) -> Approval:
+        """The pending request for this change: the one stored (asking twice is one request),
+        else a new one, stored and audited (inside the caller's transaction)."""
+        approvals = self._storage.approvals
+        pending = approvals.find(
+            tenant=tenant, digest=digest, state=ApprovalState.PENDING, now_ms=now
+        )
+        if pending is not None:
+            return pending
+        pending = Approval(
+            id=self.new_id(),
+            tenant=tenant,
+            schedule=schedule,
+            operation=operation,
+            digest=digest,
+            change=described,
+            requested_by=actor,
+            requested_at=now,
+            expires_at=now + self.ttl_ms,
+            stored_state=ApprovalState.PENDING,
+        )
+        approvals.add(pending)
+        self._append(
+            actor,
+            [
+                AuditEvent(
+                    "approval.requested",
+                    actor=actor,
+                    tenant=tenant,
+                    data={
+                        "approval": pending.id,
+                        "operation": operation.value,
+                        "schedule": schedule,
+                        "digest": digest,
+                    },
+                )
+            ],
+        )
+        log.info("%s asked for approval %s: %s %s", actor, pending.id, operation, schedule)
+        return pending
 
     def consume(self, actor: str, approval: Approval) -> None:
         """Inside the change's transaction: use the approval up, once."""
