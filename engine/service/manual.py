@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine.domain.access import Operation
-from engine.domain.approvals import GatedOperation
+from engine.domain.approvals import Approval, GatedOperation
 from engine.domain.audit import FIRES_BACKFILLED, AuditEvent, batch_data
 from engine.domain.errors import InvalidInput
 from engine.domain.misfire import due_at
@@ -92,12 +93,7 @@ class ManualFires(ServiceCore):
         backfill runs under the schedule's overlap policy. Slot keys are the trigger's own, so
         a slot fires once however often the range is backfilled."""
         self._authorize(actor, Operation.BACKFILL, tenant)
-        if end_ms <= start_ms:
-            shape = "empty" if end_ms == start_ms else "reversed"
-            raise InvalidInput(
-                f"the backfill range is {shape}: the end ({iso_utc(end_ms)}) must be after the "
-                f"start ({iso_utc(start_ms)})"
-            )
+        _check_backfill_range(start_ms, end_ms)
         now = self._clock.now_ms()
         if end_ms > now:
             raise InvalidInput(
@@ -106,18 +102,7 @@ class ManualFires(ServiceCore):
             )
         schedule = self._find(name, tenant)
         self._check_payload(schedule)
-        limit = BACKFILL_HARD_LIMIT if confirmed else BACKFILL_CONFIRM_OVER
-        slots = _slots_between(schedule, start_ms, end_ms, limit)
-        if slots is None and not confirmed:
-            raise InvalidInput(
-                f"the range holds more than {BACKFILL_CONFIRM_OVER} slots of {name!r}: check "
-                "the range, or confirm with --yes"
-            )
-        if slots is None:
-            raise InvalidInput(
-                f"the range holds more than {BACKFILL_HARD_LIMIT} slots of {name!r}: "
-                "backfill it in smaller ranges"
-            )
+        slots = _backfill_slots(schedule, name, start_ms, end_ms, confirmed=confirmed)
         fires = [
             self._new_fire(
                 schedule,
@@ -129,52 +114,8 @@ class ManualFires(ServiceCore):
             )
             for at in slots
         ]
-        approval = (
-            self.four_eyes.check(
-                actor,
-                GatedOperation.BACKFILL,
-                tenant,
-                name,
-                {
-                    "schedule_id": schedule.id,
-                    "version": schedule.version,
-                    "from": start_ms,
-                    "to": end_ms,
-                },
-                why=why,
-            )
-            if (why := self.protection(schedule.sensitive, schedule.command)) is not None
-            else None
-        )
-        dispatched = already = 0
-        for start in range(0, len(fires), _ENQUEUE_CHUNK):
-            chunk = fires[start : start + _ENQUEUE_CHUNK]
-            with self._changing(actor, Operation.BACKFILL, tenant):
-                if approval is not None and start == 0:
-                    self.four_eyes.consume(actor, approval)  # one approval, the whole range
-                report = self._storage.fire_queue.enqueue(chunk, available_at=now)
-                taken = set(report.already)
-                new = [fire for fire in chunk if fire.slot_key not in taken]
-                if new:
-                    # One entry per chunk commits to all its runs, as dispatch does.
-                    fired = [
-                        (run_id, schedule.id, fire.slot_key, fire.slot_at, fire.due_at)
-                        for fire, run_id in zip(new, report.inserted, strict=True)
-                    ]
-                    self._append(
-                        actor,
-                        [
-                            AuditEvent(
-                                FIRES_BACKFILLED,
-                                actor=actor,
-                                tenant=schedule.tenant,
-                                schedule_id=schedule.id,
-                                data=batch_data(fired),
-                            )
-                        ],
-                    )
-            dispatched += len(report.inserted)
-            already += len(report.already)
+        approval = self._backfill_approval(schedule, name, tenant, actor, start_ms, end_ms)
+        dispatched, already = self._enqueue_backfill(schedule, tenant, fires, actor, approval, now)
         log.info(
             "schedule %s/%s backfilled by %s from %s to %s: %d new run(s), %d already there",
             tenant,
@@ -192,6 +133,75 @@ class ManualFires(ServiceCore):
             already,
             slots[0] if slots else None,
             slots[-1] if slots else None,
+        )
+
+    def _backfill_approval(
+        self, schedule: Schedule, name: str, tenant: str, actor: str, start_ms: int, end_ms: int
+    ) -> Approval | None:
+        """The approval a sensitive schedule's backfill consumes (None: it needs none); bound
+        to the range, so an approved backfill of one range is no approval of another."""
+        why = self.protection(schedule.sensitive, schedule.command)
+        if why is None:
+            return None
+        return self.four_eyes.check(
+            actor,
+            GatedOperation.BACKFILL,
+            tenant,
+            name,
+            {
+                "schedule_id": schedule.id,
+                "version": schedule.version,
+                "from": start_ms,
+                "to": end_ms,
+            },
+            why=why,
+        )
+
+    def _enqueue_backfill(
+        self,
+        schedule: Schedule,
+        tenant: str,
+        fires: list[NewFire],
+        actor: str,
+        approval: Approval | None,
+        now: int,
+    ) -> tuple[int, int]:
+        """Enqueue the backfill's fires a chunk per transaction (a million slots are not one
+        transaction); (new runs, slots the ledger already held)."""
+        dispatched = already = 0
+        for start in range(0, len(fires), _ENQUEUE_CHUNK):
+            chunk = fires[start : start + _ENQUEUE_CHUNK]
+            with self._changing(actor, Operation.BACKFILL, tenant):
+                if approval is not None and start == 0:
+                    self.four_eyes.consume(actor, approval)  # one approval, the whole range
+                report = self._storage.fire_queue.enqueue(chunk, available_at=now)
+                taken = set(report.already)
+                new = [fire for fire in chunk if fire.slot_key not in taken]
+                if new:
+                    self._record_backfilled(schedule, actor, new, report.inserted)
+            dispatched += len(report.inserted)
+            already += len(report.already)
+        return dispatched, already
+
+    def _record_backfilled(
+        self, schedule: Schedule, actor: str, new: list[NewFire], run_ids: Sequence[int]
+    ) -> None:
+        # One entry per chunk commits to all its runs, as dispatch does.
+        fired = [
+            (run_id, schedule.id, fire.slot_key, fire.slot_at, fire.due_at)
+            for fire, run_id in zip(new, run_ids, strict=True)
+        ]
+        self._append(
+            actor,
+            [
+                AuditEvent(
+                    FIRES_BACKFILLED,
+                    actor=actor,
+                    tenant=schedule.tenant,
+                    schedule_id=schedule.id,
+                    data=batch_data(fired),
+                )
+            ],
         )
 
     def _check_payload(self, schedule: Schedule) -> None:
@@ -237,3 +247,33 @@ def _slots_between(schedule: Schedule, start_ms: int, end_ms: int, limit: int) -
             return None
         slots.append(slot.at_ms)
         cursor = slot.at_ms
+
+
+def _check_backfill_range(start_ms: int, end_ms: int) -> None:
+    if end_ms <= start_ms:
+        shape = "empty" if end_ms == start_ms else "reversed"
+        raise InvalidInput(
+            f"the backfill range is {shape}: the end ({iso_utc(end_ms)}) must be after the "
+            f"start ({iso_utc(start_ms)})"
+        )
+
+
+def _backfill_slots(
+    schedule: Schedule, name: str, start_ms: int, end_ms: int, *, confirmed: bool
+) -> list[int]:
+    """The slots to backfill; refused past BACKFILL_CONFIRM_OVER unless confirmed, and past
+    BACKFILL_HARD_LIMIT in any case (counting stops there: a range of years of seconds is
+    refused without being walked)."""
+    limit = BACKFILL_HARD_LIMIT if confirmed else BACKFILL_CONFIRM_OVER
+    slots = _slots_between(schedule, start_ms, end_ms, limit)
+    if slots is None and not confirmed:
+        raise InvalidInput(
+            f"the range holds more than {BACKFILL_CONFIRM_OVER} slots of {name!r}: check "
+            "the range, or confirm with --yes"
+        )
+    if slots is None:
+        raise InvalidInput(
+            f"the range holds more than {BACKFILL_HARD_LIMIT} slots of {name!r}: "
+            "backfill it in smaller ranges"
+        )
+    return slots
