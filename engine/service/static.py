@@ -56,65 +56,20 @@ class StaticSync(ServiceCore):
         # process that does not load the app (a CLI, a service started without --app) still
         # gates it. Syncing stores the flag on schedules stored before.
         declared = [replace(item, spec=self._sensitive_by_command(item.spec)) for item in declared]
-        firsts = {}
-        for item in declared:
-            firsts[_key(item.spec)] = validate_spec(item.spec, self.commands, now)
-            existing = self._storage.schedules.find_by_name(item.spec.tenant, item.spec.name)
-            if existing is not None and existing.origin is ScheduleOrigin.DYNAMIC:
-                raise DuplicateName(
-                    f"static schedule {item.spec.name!r} ({item.source}) clashes with a dynamic "
-                    f"schedule of that name in tenant {item.spec.tenant!r}: delete the dynamic "
-                    "one, or give the static one another name"
-                )
+        firsts = self._checked_first_slots(declared, now)
         report = SyncReport()
         # One transaction: a sync lands whole, with its audit entries, or not at all.
         with self._storage.atomic():
             wanted = {_key(item.spec) for item in declared}
             for as_declared in declared:
-                existing = self._storage.schedules.find_by_name(
-                    as_declared.spec.tenant, as_declared.spec.name
-                )
-                item = _keeping_stored_dst_rules(as_declared, existing)
-                spec = item.spec
-                label = f"{spec.tenant}/{spec.name}"
-                if existing is None:
-                    created = new_schedule(spec, firsts[_key(spec)], now, ScheduleOrigin.STATIC)
-                    if item.paused:
-                        created = replace(
-                            created,
-                            status=ScheduleStatus.PAUSED,
-                            declared_paused=True,
-                            pause_note=DECLARED_PAUSED_NOTE,
-                        )
-                    self._storage.schedules.insert(created)
-                    self._record("schedule.created", actor, created, definition=definition(created))
-                    report.created.append(label)
-                elif _same_definition(existing, item) and existing.status is _status(
-                    existing, item.paused
-                ):
-                    report.unchanged.append(label)
-                else:
-                    updated = self._storage.schedules.update(
-                        _redefined(existing, item, now), existing.version
-                    )
-                    self._record("schedule.updated", actor, updated, definition=definition(updated))
-                    report.updated.append(label)
+                self._sync_one(as_declared, firsts, now, actor, report)
             for stored in self._stored_static() if complete else []:
                 if (
                     stored.tenant,
                     stored.name,
                 ) in wanted or stored.status is ScheduleStatus.DISABLED:
                     continue
-                disabled = self._storage.schedules.update(
-                    replace(
-                        stored,
-                        status=ScheduleStatus.DISABLED,
-                        pause_note=UNDECLARED_NOTE,
-                        updated_at=now,
-                    ),
-                    stored.version,
-                )
-                self._record("schedule.disabled", actor, disabled, reason=UNDECLARED_NOTE)
+                self._disable_undeclared(stored, now, actor)
                 report.disabled.append(f"{stored.tenant}/{stored.name}")
         log.info(
             "static schedules synced by %s: %d created, %d updated, %d unchanged, %d disabled",
@@ -125,6 +80,73 @@ class StaticSync(ServiceCore):
             len(report.disabled),
         )
         return report
+
+    def _checked_first_slots(
+        self, declared: Sequence[StaticSchedule], now: int
+    ) -> dict[tuple[str, str], int]:
+        """Each declared schedule's first slot, once all are checked: a spec that does not
+        validate, or a clash with a dynamic schedule's name, refuses the sync before any write."""
+        firsts = {}
+        for item in declared:
+            firsts[_key(item.spec)] = validate_spec(item.spec, self.commands, now)
+            existing = self._storage.schedules.find_by_name(item.spec.tenant, item.spec.name)
+            if existing is not None and existing.origin is ScheduleOrigin.DYNAMIC:
+                raise DuplicateName(
+                    f"static schedule {item.spec.name!r} ({item.source}) clashes with a dynamic "
+                    f"schedule of that name in tenant {item.spec.tenant!r}: delete the dynamic "
+                    "one, or give the static one another name"
+                )
+        return firsts
+
+    def _sync_one(
+        self,
+        as_declared: StaticSchedule,
+        firsts: dict[tuple[str, str], int],
+        now: int,
+        actor: str,
+        report: SyncReport,
+    ) -> None:
+        """Create, update or leave as it is one declared schedule (in the sync's transaction)."""
+        existing = self._storage.schedules.find_by_name(
+            as_declared.spec.tenant, as_declared.spec.name
+        )
+        item = _keeping_stored_dst_rules(as_declared, existing)
+        spec = item.spec
+        label = f"{spec.tenant}/{spec.name}"
+        if existing is None:
+            created = new_schedule(spec, firsts[_key(spec)], now, ScheduleOrigin.STATIC)
+            if item.paused:
+                created = replace(
+                    created,
+                    status=ScheduleStatus.PAUSED,
+                    declared_paused=True,
+                    pause_note=DECLARED_PAUSED_NOTE,
+                )
+            self._storage.schedules.insert(created)
+            self._record("schedule.created", actor, created, definition=definition(created))
+            report.created.append(label)
+        elif _same_definition(existing, item) and existing.status is _status(existing, item.paused):
+            report.unchanged.append(label)
+        else:
+            updated = self._storage.schedules.update(
+                _redefined(existing, item, now), existing.version
+            )
+            self._record("schedule.updated", actor, updated, definition=definition(updated))
+            report.updated.append(label)
+
+    def _disable_undeclared(self, stored: Schedule, now: int, actor: str) -> None:
+        """A static schedule the app no longer declares: disabled, not deleted (its runs and
+        history stay; declared again, it returns as declared)."""
+        disabled = self._storage.schedules.update(
+            replace(
+                stored,
+                status=ScheduleStatus.DISABLED,
+                pause_note=UNDECLARED_NOTE,
+                updated_at=now,
+            ),
+            stored.version,
+        )
+        self._record("schedule.disabled", actor, disabled, reason=UNDECLARED_NOTE)
 
     def clear_override(
         self,
@@ -166,26 +188,7 @@ class StaticSync(ServiceCore):
             and (why := self.protection(schedule.sensitive, schedule.command)) is not None
             else None
         )
-        now = self._clock.now_ms()
-        changed = replace(
-            schedule,
-            status=target,
-            override=None,
-            updated_at=now,
-            pause_note=DECLARED_PAUSED_NOTE
-            if target is ScheduleStatus.PAUSED
-            else (schedule.pause_note if target is ScheduleStatus.DISABLED else None),
-        )
-        if activating:
-            slot = schedule.trigger.slot_after(now - 1, schedule.timezone)
-            at = None if slot is None else slot.at_ms
-            changed = replace(
-                changed,
-                next_slot_at=at,
-                next_fire_at=None
-                if at is None
-                else due_at(schedule.id, at, schedule.timezone, schedule.jitter_ms),
-            )
+        changed = _override_cleared(schedule, target, self._clock.now_ms(), activating=activating)
         with self._changing(actor, operation, tenant):
             if approval is not None:
                 self.four_eyes.consume(actor, approval)
@@ -255,14 +258,39 @@ def _redefined(s: Schedule, item: StaticSchedule, now: int) -> Schedule:
         spec.timezone,
         spec.jitter_ms,
     ):
-        slot = spec.trigger.slot_after(now - 1, spec.timezone)
-        at = None if slot is None else slot.at_ms
-        changed = replace(
-            changed,
-            next_slot_at=at,
-            next_fire_at=None if at is None else due_at(s.id, at, spec.timezone, spec.jitter_ms),
-        )
+        changed = _from_next_slot(changed, now)
     return changed
+
+
+def _override_cleared(
+    schedule: Schedule, target: ScheduleStatus, now: int, *, activating: bool
+) -> Schedule:
+    """`schedule` with its override dropped, in the `target` status its code declares (a
+    disabled one stays disabled, with its note); one that becomes active fires from the next
+    slot after now, not from the slots it missed while paused."""
+    changed = replace(
+        schedule,
+        status=target,
+        override=None,
+        updated_at=now,
+        pause_note=DECLARED_PAUSED_NOTE
+        if target is ScheduleStatus.PAUSED
+        else (schedule.pause_note if target is ScheduleStatus.DISABLED else None),
+    )
+    return _from_next_slot(changed, now) if activating else changed
+
+
+def _from_next_slot(schedule: Schedule, now: int) -> Schedule:
+    """`schedule` with its cursor restarted at its trigger's first slot after now."""
+    slot = schedule.trigger.slot_after(now - 1, schedule.timezone)
+    at = None if slot is None else slot.at_ms
+    return replace(
+        schedule,
+        next_slot_at=at,
+        next_fire_at=None
+        if at is None
+        else due_at(schedule.id, at, schedule.timezone, schedule.jitter_ms),
+    )
 
 
 def _keeping_stored_dst_rules(item: StaticSchedule, existing: Schedule | None) -> StaticSchedule:
