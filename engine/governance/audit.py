@@ -426,14 +426,13 @@ def _walk_plan(
     report = plan.report
     if report.problem is not None:
         return report
-    chain, head = report.chain, report.head
-    walk = ChainWalk(chain, trust.keys, lineage=trust.lineage)
+    walk = ChainWalk(report.chain, trust.keys, lineage=trust.lineage)
     walk.start_at(plan.start, plan.key_id)
     ledger = LedgerCheck(log.fired_runs)
-    checkpoints = {cp.seq: cp for cp in log.checkpoints(chain, after_seq=plan.start.seq)}
+    checkpoints = {cp.seq: cp for cp in log.checkpoints(report.chain, after_seq=plan.start.seq)}
     after = plan.start.seq
     while walk.problem is None:
-        entries = log.entries(chain, after_seq=after, limit=page)
+        entries = log.entries(report.chain, after_seq=after, limit=page)
         if not entries:
             break
         report.checkpoints_checked += _walk(walk, entries, checkpoints, ledger)
@@ -444,31 +443,8 @@ def _walk_plan(
     report.problem = walk.problem
     if walk.problem is not None:
         report.verified_to = walk.at
-    if report.problem is None and walk.at != head:
-        report.problem = ChainProblem(walk.at.seq + 1, "the chain ends before its head")
-    if report.problem is None:
-        report.problem = walk.finish() or ledger.finish()
-    if report.problem is None:
-        report.problem = _beyond_head(
-            walk, [cp for cp in checkpoints.values() if cp.seq > head.seq]
-        )
-    # A truncated tail first: its runs left behind would otherwise read as runs added.
-    if (
-        report.problem is None
-        and plan.mark is not None
-        and report.mode is VerifyMode.FULL
-        and trust.keys is not None
-    ):
-        report.problem = judge_mark(log, trust, head, plan.mark)
-    if report.problem is None and expect is not None:
-        report.problem = _against_expected(log, chain, head, expect)
-    if (
-        report.problem is None
-        and report.mode is VerifyMode.FULL
-        and plan.start.seq == 0
-        and chain_tenant(chain) is not None
-    ):
-        report.problem = _unrecorded_runs(log, chain, ledger)
+    else:
+        report.problem = _problem_after_walk(log, trust, plan, expect, walk, checkpoints, ledger)
     if (
         report.problem is not None
         and report.verified_to is None
@@ -476,10 +452,49 @@ def _walk_plan(
     ):
         # Found after the walk (runs missing, a truncated tail): the last entry before the
         # problem is as far as this verification vouches for.
-        report.verified_to = _point_before(log, chain, report.problem.seq)
+        report.verified_to = _point_before(log, report.chain, report.problem.seq)
     report.batches_checked = ledger.batches
     report.partly_pruned = ledger.partly_pruned
     return report
+
+
+def _problem_after_walk(
+    log: AuditLog,
+    trust: Trust,
+    plan: _Plan,
+    expect: ChainPoint | None,
+    walk: ChainWalk,
+    checkpoints: Mapping[int, Checkpoint],
+    ledger: LedgerCheck,
+) -> ChainProblem | None:
+    """What the plan's walk, done without a problem, still leaves to prove, in order: the
+    chain reaches its head, its ledger and checkpoints close, the verification mark, the
+    expected head and (a full walk of a tenant's chain) every fired run recorded."""
+    report = plan.report
+    chain, head = report.chain, report.head
+    if walk.at != head:
+        return ChainProblem(walk.at.seq + 1, "the chain ends before its head")
+    problem = walk.finish() or ledger.finish()
+    if problem is None:
+        problem = _beyond_head(walk, [cp for cp in checkpoints.values() if cp.seq > head.seq])
+    # A truncated tail first: its runs left behind would otherwise read as runs added.
+    if (
+        problem is None
+        and plan.mark is not None
+        and report.mode is VerifyMode.FULL
+        and trust.keys is not None
+    ):
+        problem = judge_mark(log, trust, head, plan.mark)
+    if problem is None and expect is not None:
+        problem = _against_expected(log, chain, head, expect)
+    if (
+        problem is None
+        and report.mode is VerifyMode.FULL
+        and plan.start.seq == 0
+        and chain_tenant(chain) is not None
+    ):
+        problem = _unrecorded_runs(log, chain, ledger)
+    return problem
 
 
 def _point_before(log: AuditLog, chain: str, seq: int) -> ChainPoint:
