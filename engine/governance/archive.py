@@ -432,16 +432,13 @@ def _archive_one(
     hook: Hook | None,
     file_entries: int,
 ) -> ArchivedFile | None:
+    """Archive the next file of `chain` (at most `file_entries` entries made before
+    `before_ms`, after its anchor): verified, written, read back, then anchored and pruned.
+    None when nothing of the chain is old enough (or only its head is left)."""
     anchor = log.anchor(chain)
     start = START if anchor is None else ChainPoint(anchor.seq, anchor.hash)
     head = log.head(chain)
-    for stale in _stale(folder, chain, start.seq):
-        folder.manifests[chain_in_name(chain)].remove(stale)
-        stale.unlink(missing_ok=True)
-        (folder.path / (stale.name.removesuffix(MANIFEST_SUFFIX) + ENTRIES_SUFFIX)).unlink(
-            missing_ok=True
-        )
-        report.replaced.append(stale.name)
+    _remove_stale(folder, chain, start.seq, report)
     if head.seq <= start.seq + 1:
         return None
     walk = ChainWalk(chain, ring, lineage=lineage)
@@ -455,10 +452,48 @@ def _archive_one(
     _prove_rest(log, chain, walk, checkpoints, head)
     if hook is not None:
         hook("verified", chain)
+    data = ("\n".join(taken) + "\n").encode()
+    manifest = _signed_manifest(
+        lineage, ring, chain, start, last, data, len(taken), checkpoints, chain_key_id, now_ms
+    )
+    _write_and_reread(folder, manifest, data, lineage, start, anchor)
+    if hook is not None:
+        hook("written", chain)
+    _anchor_and_prune(log, chain, anchor, manifest, ring, now_ms)
+    if hook is not None:
+        hook("anchored", chain)
+    return ArchivedFile(
+        chain, manifest.first_seq, last.seq, len(taken), manifest.entries_file, manifest.name
+    )
+
+
+def _remove_stale(folder: ArchiveDir, chain: str, anchored_to: int, report: ArchiveReport) -> None:
+    """Delete the chain's files past its anchor (see _stale): this run writes them anew."""
+    for stale in _stale(folder, chain, anchored_to):
+        folder.manifests[chain_in_name(chain)].remove(stale)
+        stale.unlink(missing_ok=True)
+        (folder.path / (stale.name.removesuffix(MANIFEST_SUFFIX) + ENTRIES_SUFFIX)).unlink(
+            missing_ok=True
+        )
+        report.replaced.append(stale.name)
+
+
+def _signed_manifest(
+    lineage: KeyLineage,
+    ring: KeyRing,
+    chain: str,
+    start: ChainPoint,
+    last: AuditEntry,
+    data: bytes,
+    count: int,
+    checkpoints: Mapping[int, Checkpoint],
+    chain_key_id: str | None,
+    now_ms: int,
+) -> Manifest:
+    """The manifest of the entries file `data` (the chain's entries after `start` through
+    `last`), with the chain's checkpoints in that range, signed by the database's key."""
     first_seq = start.seq + 1
     stem = archive_stem(lineage.database_id, chain, first_seq, last.seq)
-    entries_name = stem + ENTRIES_SUFFIX
-    data = ("\n".join(taken) + "\n").encode()
     in_range = tuple(
         (cp.seq, cp.hash, cp.key_id, cp.signature)
         for seq, cp in sorted(checkpoints.items())
@@ -471,9 +506,9 @@ def _archive_one(
         first_prev_hash=start.hash,
         last_seq=last.seq,
         last_hash=last.hash,
-        count=len(taken),
+        count=count,
         sha256=hashlib.sha256(data).hexdigest(),
-        entries_file=entries_name,
+        entries_file=stem + ENTRIES_SUFFIX,
         chain_key_id=chain_key_id,
         checkpoints=in_range,
         key_id=ring.active_id,
@@ -481,11 +516,23 @@ def _archive_one(
         lineage=lineage.periods,
         created_at=now_ms,
     )
-    manifest = _signed(manifest, ring)
-    _write(folder.path / entries_name, data)
+    return _signed(manifest, ring)
+
+
+def _write_and_reread(
+    folder: ArchiveDir,
+    manifest: Manifest,
+    data: bytes,
+    lineage: KeyLineage,
+    start: ChainPoint,
+    anchor: Anchor | None,
+) -> None:
+    """Write the entries file and its manifest durably, then read back what is on disk and
+    walk it again with only what an auditor has: nothing is pruned on the strength of bytes
+    that never reached the disk intact."""
+    _write(folder.path / manifest.entries_file, data)
     _write(folder.path / manifest.name, (json.dumps(manifest.to_json(), indent=1) + "\n").encode())
     _fsync_dir(folder.path)
-    # Read back what is on disk and walk it again, with only what an auditor has.
     problem = check_files(
         folder.path, manifest.name, lineage, start, walk_key=_previous_key(folder, anchor)
     )
@@ -493,12 +540,6 @@ def _archive_one(
         raise ArchiveRefused(
             f"the archive just written does not verify ({problem}): nothing pruned"
         )
-    if hook is not None:
-        hook("written", chain)
-    _anchor_and_prune(log, chain, anchor, manifest, ring, now_ms)
-    if hook is not None:
-        hook("anchored", chain)
-    return ArchivedFile(chain, first_seq, last.seq, len(taken), entries_name, manifest.name)
 
 
 def _collect(
@@ -653,22 +694,7 @@ def _anchor_and_prune(
                 f"chain {chain}'s entry {manifest.last_seq} changed while it was archived: "
                 "nothing pruned; run `vortos audit verify --full`"
             )
-        if before is None:
-            cursor = conn.execute(
-                "INSERT INTO audit_anchors (chain, seq, hash, key_id, at, signature, archive) "
-                f"VALUES ({pool.dialect.marks(7)}) ON CONFLICT (chain) DO NOTHING",
-                values,
-            )
-        else:
-            cursor = conn.execute(
-                "INSERT INTO audit_anchors (chain, seq, hash, key_id, at, signature, archive) "
-                f"VALUES ({pool.dialect.marks(7)}) ON CONFLICT (chain) DO UPDATE SET "
-                "seq = excluded.seq, hash = excluded.hash, key_id = excluded.key_id, "
-                "at = excluded.at, signature = excluded.signature, archive = excluded.archive "
-                f"WHERE audit_anchors.seq = {m}",
-                (*values, before.seq),
-            )
-        if _changes(conn, cursor) != 1:
+        if not _move_anchor(pool, conn, before, values):
             raise ArchiveRefused(
                 f"chain {chain} was archived by another run meanwhile: nothing pruned"
             )
@@ -680,6 +706,29 @@ def _anchor_and_prune(
             f"DELETE FROM audit_entries WHERE chain = {m} AND seq <= {m}",
             (chain, manifest.last_seq),
         )
+
+
+def _move_anchor(
+    pool: SqlPool[Any], conn: Any, before: Anchor | None, values: tuple[Any, ...]
+) -> bool:
+    """Set the chain's anchor row to `values`, only if it is still `before` (no row, or the
+    row at `before`'s entry); whether it was set."""
+    if before is None:
+        cursor = conn.execute(
+            "INSERT INTO audit_anchors (chain, seq, hash, key_id, at, signature, archive) "
+            f"VALUES ({pool.dialect.marks(7)}) ON CONFLICT (chain) DO NOTHING",
+            values,
+        )
+    else:
+        cursor = conn.execute(
+            "INSERT INTO audit_anchors (chain, seq, hash, key_id, at, signature, archive) "
+            f"VALUES ({pool.dialect.marks(7)}) ON CONFLICT (chain) DO UPDATE SET "
+            "seq = excluded.seq, hash = excluded.hash, key_id = excluded.key_id, "
+            "at = excluded.at, signature = excluded.signature, archive = excluded.archive "
+            f"WHERE audit_anchors.seq = {pool.dialect.mark}",
+            (*values, before.seq),
+        )
+    return _changes(conn, cursor) == 1
 
 
 def _changes(conn: Any, cursor: Any) -> int:
@@ -800,6 +849,25 @@ def _walk_file(
     bad = _manifest_problem(manifest, walk.lineage, name)
     if bad is not None:
         return walk.problem(manifest.first_seq, bad)
+    problem = _out_of_place(walk, manifest)
+    if problem is not None:
+        return problem
+    path = directory / manifest.entries_file
+    if not path.is_file():
+        return walk.problem(
+            manifest.first_seq,
+            f"the archive file {manifest.entries_file} (entries {manifest.first_seq}.."
+            f"{manifest.last_seq}) is missing",
+        )
+    problem = _feed_file(walk, path, manifest)
+    if problem is not None:
+        return problem
+    return _close_file(walk, path, manifest)
+
+
+def _out_of_place(walk: _FileWalk, manifest: Manifest) -> ChainProblem | None:
+    """Whether the file does not start right after where the walk is: a file missing before
+    it, an overlap, or another chain's (or a replaced) file before it."""
     at = walk.walk.at
     if manifest.first_seq != at.seq + 1:
         if manifest.first_seq > at.seq + 1:
@@ -819,13 +887,11 @@ def _walk_file(
             f"{manifest.entries_file} does not follow the entry before it (another chain's "
             "archive, or the one before was replaced)",
         )
-    path = directory / manifest.entries_file
-    if not path.is_file():
-        return walk.problem(
-            manifest.first_seq,
-            f"the archive file {manifest.entries_file} (entries {manifest.first_seq}.."
-            f"{manifest.last_seq}) is missing",
-        )
+    return None
+
+
+def _feed_file(walk: _FileWalk, path: Path, manifest: Manifest) -> ChainProblem | None:
+    """Feed the entries file line by line, with the manifest's checkpoints."""
     checkpoints = {
         seq: Checkpoint(manifest.chain, seq, digest, key_id, signature)
         for seq, digest, key_id, signature in manifest.checkpoints
@@ -844,6 +910,12 @@ def _walk_file(
             )
         if not walk.feed(entry, f"{manifest.entries_file} line {number}", checkpoints):
             return walk.walk.problem
+    return None
+
+
+def _close_file(walk: _FileWalk, path: Path, manifest: Manifest) -> ChainProblem | None:
+    """The file walked: it must end where its manifest does, match its count and SHA-256, and
+    its manifest's signature vouches for every entry up to its last."""
     end = walk.walk.at
     if end.seq != manifest.last_seq:
         return walk.problem(
@@ -967,6 +1039,10 @@ def trusted_lineage(
     return lineage
 
 
+# An archive file as read: (file name, its manifest or None, why it could not be read).
+_ListedFile = tuple[str, Manifest | None, str | None]
+
+
 def verify_with_archive(
     directory: Path | None,
     *,
@@ -983,38 +1059,11 @@ def verify_with_archive(
     external anchors: every anchored head must be there, unchanged."""
     identity = log.identity() if log is not None else None
     folder = ArchiveDir.scan(directory, None) if directory is not None else ArchiveDir(Path("."))
-    manifests: dict[str, list[tuple[str, Manifest | None, str | None]]] = {}
-    databases: set[str] = set()
-    result_problems: list[str] = []
-    for listed in folder.manifests.values():
-        for path in listed:
-            try:
-                manifest = read_manifest(path)
-            except ValueError as exc:
-                named = _NAME.match(path.name.removesuffix(MANIFEST_SUFFIX))
-                assert named is not None
-                manifests.setdefault(_chain_of(named["chain"]), []).append(
-                    (path.name, None, str(exc))
-                )
-                continue
-            databases.add(manifest.database_id)
-            manifests.setdefault(manifest.chain, []).append((path.name, manifest, None))
-    for name in folder.foreign:
-        result_problems.append(f"{name} in the archive directory is not an archive file")
-    database_id = (
-        public_key[0] if public_key is not None else identity[0] if identity is not None else None
-    )
-    if database_id is None:
-        if len(databases) != 1:
-            raise InvalidInput(
-                "cannot tell which database the archive is of: give --public-key FILE "
-                "(`vortos audit public-key -o FILE`)"
-            )
-        database_id = next(iter(databases))
-    if identity is not None and identity[0] != database_id:
-        raise InvalidInput(
-            f"the database is {identity[0]}, the public key file is of database {database_id}"
-        )
+    manifests, databases = _read_manifests(folder)
+    result_problems = [
+        f"{name} in the archive directory is not an archive file" for name in folder.foreign
+    ]
+    database_id = _database_of(public_key, identity, databases)
     candidates: list[Sequence[KeyPeriod]] = [identity[1]] if identity is not None else []
     candidates += [
         m.lineage for entries in manifests.values() for _, m, _ in entries if m is not None
@@ -1054,6 +1103,51 @@ def verify_with_archive(
     return result
 
 
+def _read_manifests(folder: ArchiveDir) -> tuple[dict[str, list[_ListedFile]], set[str]]:
+    """The folder's manifests by chain, an unreadable one under the chain its name spells
+    (it is that chain's problem, named when the walk reaches it); and the databases they name."""
+    manifests: dict[str, list[_ListedFile]] = {}
+    databases: set[str] = set()
+    for listed in folder.manifests.values():
+        for path in listed:
+            try:
+                manifest = read_manifest(path)
+            except ValueError as exc:
+                named = _NAME.match(path.name.removesuffix(MANIFEST_SUFFIX))
+                assert named is not None
+                manifests.setdefault(_chain_of(named["chain"]), []).append(
+                    (path.name, None, str(exc))
+                )
+                continue
+            databases.add(manifest.database_id)
+            manifests.setdefault(manifest.chain, []).append((path.name, manifest, None))
+    return manifests, databases
+
+
+def _database_of(
+    public_key: tuple[str, str, str] | None,
+    identity: tuple[str, list[KeyPeriod]] | None,
+    databases: set[str],
+) -> str:
+    """Which database the archive is verified as: the public key file's, else the database's,
+    else the one every manifest names (refused when they name several, or none)."""
+    database_id = (
+        public_key[0] if public_key is not None else identity[0] if identity is not None else None
+    )
+    if database_id is None:
+        if len(databases) != 1:
+            raise InvalidInput(
+                "cannot tell which database the archive is of: give --public-key FILE "
+                "(`vortos audit public-key -o FILE`)"
+            )
+        database_id = next(iter(databases))
+    if identity is not None and identity[0] != database_id:
+        raise InvalidInput(
+            f"the database is {identity[0]}, the public key file is of database {database_id}"
+        )
+    return database_id
+
+
 def _chain_of(spelled: str) -> str:
     return re.sub(r"%([0-9A-F]{2})", lambda m: chr(int(m[1], 16)), spelled)
 
@@ -1061,7 +1155,7 @@ def _chain_of(spelled: str) -> str:
 def _verify_chain(
     chain: str,
     directory: Path,
-    listed: Sequence[tuple[str, Manifest | None, str | None]],
+    listed: Sequence[_ListedFile],
     log: SqlAuditLog[Any] | None,
     keys: KeyRing | None,
     lineage: KeyLineage,
@@ -1081,18 +1175,37 @@ def _verify_chain(
             anchor.seq, "the database's anchor is not validly signed (edited or forged)"
         )
         return report
+    report.problem = _walk_archive(report, walk, directory, listed, anchor, log is not None)
+    if report.problem is not None:
+        return _done(report, walk)
+    report.archived = walk.entries
+    if log is not None:
+        _walk_database(report, walk, log, anchor, lineage)
+    return _done(report, walk)
+
+
+def _walk_archive(
+    report: ArchiveChainReport,
+    walk: _FileWalk,
+    directory: Path,
+    listed: Sequence[_ListedFile],
+    anchor: Anchor | None,
+    with_database: bool,
+) -> ChainProblem | None:
+    """Walk the chain's archive files in order, up to the database's anchor (files past it, or
+    all of them while nothing is anchored, are left by an archive that stopped before pruning:
+    their entries are still in the database); the first problem, if any."""
     ordered = sorted(listed, key=lambda item: (item[1].first_seq if item[1] else 0, item[0]))
     for name, manifest, unreadable in ordered:
         if manifest is None:
-            report.problem = ChainProblem(walk.walk.at.seq + 1, f"{unreadable} (edited)")
-            return _done(report, walk)
+            return ChainProblem(walk.walk.at.seq + 1, f"{unreadable} (edited)")
         if anchor is not None and manifest.first_seq > anchor.seq:
             report.notes.append(
                 f"{manifest.entries_file} is past the database's anchor (left by an archive "
                 "that stopped before pruning; its entries are still in the database): not walked"
             )
             continue
-        if anchor is None and log is not None:
+        if anchor is None and with_database:
             report.notes.append(
                 f"{manifest.entries_file} is not anchored in the database (an archive that "
                 "stopped before pruning): not walked"
@@ -1101,24 +1214,19 @@ def _verify_chain(
         problem = _walk_file(walk, directory, name, manifest)
         report.files += 1
         if problem is not None:
-            report.problem = problem
-            return _done(report, walk)
+            return problem
         if anchor is not None and manifest.last_seq >= anchor.seq:  # noqa: SIM102
             if (manifest.last_seq, manifest.last_hash, name) != (
                 anchor.seq,
                 anchor.hash,
                 anchor.archive,
             ):
-                report.problem = ChainProblem(
+                return ChainProblem(
                     anchor.seq,
                     f"the database's anchor (entry {anchor.seq}, archive {anchor.archive}) does "
                     f"not match the archive's last entry ({manifest.last_seq} in {name})",
                 )
-                return _done(report, walk)
-    report.archived = walk.entries
-    if log is not None:
-        _walk_database(report, walk, log, anchor, lineage)
-    return _done(report, walk)
+    return None
 
 
 def _anchor_signed(anchor: Anchor, lineage: KeyLineage) -> bool:
