@@ -98,6 +98,18 @@ class PrometheusMetrics(Observer):
     ) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        # In the order a scrape lists them (the registry keeps registration order).
+        self._cardinality_guards(r, max_schedules, max_tenants)
+        self._dispatch_families(r)
+        self._leadership_families(r)
+        self._run_families(r)
+        self._upkeep_families(r)
+        self._cache_children()
+
+    def _cardinality_guards(
+        self, r: CollectorRegistry, max_schedules: int, max_tenants: int
+    ) -> None:
+        """The overflow counter and the cardinality guards that feed it."""
         self.label_overflow = Counter(
             "vortos_metric_label_overflow_total",
             "Observations reported under the __overflow__ label value because the cardinality "
@@ -105,10 +117,14 @@ class PrometheusMetrics(Observer):
             ["label"],
             registry=r,
         )
+        # Each guard counts its own refusals: both label values exist from the first scrape.
         self._schedules = CardinalityGuard(
             max_schedules, self.label_overflow.labels("schedule").inc
         )
         self._tenants = CardinalityGuard(max_tenants, self.label_overflow.labels("tenant").inc)
+
+    def _dispatch_families(self, r: CollectorRegistry) -> None:
+        """What becomes of due slots, and the daemon's loop and transactions."""
         self.fires = Counter(
             "vortos_fires_total",
             "Due slots by what became of them: dispatched, already_dispatched, skipped_overlap, "
@@ -143,6 +159,9 @@ class PrometheusMetrics(Observer):
             ["error"],
             registry=r,
         )
+
+    def _leadership_families(self, r: CollectorRegistry) -> None:
+        """The lease and the dispatch circuit breaker."""
         self.lease_contention = Counter(
             "vortos_lease_contention_total",
             "Attempts to take the lease that found another holder.",
@@ -170,6 +189,9 @@ class PrometheusMetrics(Observer):
             ["breaker", "state"],
             registry=r,
         )
+
+    def _run_families(self, r: CollectorRegistry) -> None:
+        """What the consumers report: runs, attempts, dead letters, claims."""
         self.runs = Counter(
             "vortos_runs_total",
             "Runs that ended, by outcome: completed, failed, dead_lettered, cancelled, skipped.",
@@ -206,6 +228,9 @@ class PrometheusMetrics(Observer):
             "Fires this process took over from a claim that expired unsettled.",
             registry=r,
         )
+
+    def _upkeep_families(self, r: CollectorRegistry) -> None:
+        """Audit appends, secondary plug-ins, retention and the dead-man detector."""
         self.audit_failures = Counter(
             "vortos_audit_append_failures_total",
             "Audit entries that could not be appended (the change they record stands).",
@@ -233,6 +258,8 @@ class PrometheusMetrics(Observer):
             buckets=PRUNE_BUCKETS,
             registry=r,
         )
+        for trigger in PruneTrigger:  # every trigger's series from the first scrape, at zero
+            self.prune_duration.labels(trigger.value)
         self.deadman = Gauge(
             "vortos_deadman_verdict",
             "Schedules with this dead-man verdict (fired, overdue, never_fired, "
@@ -240,6 +267,12 @@ class PrometheusMetrics(Observer):
             ["schedule", "tenant", "verdict"],
             registry=r,
         )
+        # The series of the last verdicts, to remove those of schedules gone since.
+        self._deadman_lock = threading.Lock()
+        self._deadman_series: set[tuple[str, str, str]] = set()
+
+    def _cache_children(self) -> None:
+        """The labelled families' child caches (see _Children), for the per-fire paths."""
         # Each called with the family's leading labels, then the tenant (and schedule name).
         self._fires = _Children(self.fires, self._by_schedule)
         self._misfires = _Children(self.misfires, self._by_schedule)
@@ -249,12 +282,6 @@ class PrometheusMetrics(Observer):
         self._retries = _Children(self.retries, self._by_schedule)
         self._dead_letters = _Children(self.dead_letters, self._by_schedule)
         self._pruned = _Children(self.pruned_runs, self._by_tenant)
-        self._deadman_lock = threading.Lock()
-        self._deadman_series: set[tuple[str, str, str]] = set()
-        for label in ("schedule", "tenant"):
-            self.label_overflow.labels(label)
-        for trigger in PruneTrigger:
-            self.prune_duration.labels(trigger.value)
 
     # -- labels -----------------------------------------------------------------------------
 
