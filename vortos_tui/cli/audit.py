@@ -52,6 +52,43 @@ PublicKeyFile = Annotated[
         "no secret is read, so whoever runs this can check but never sign.",
     ),
 ]
+# `verify`'s own options.
+Full = Annotated[
+    bool,
+    typer.Option(
+        "--full",
+        help="Walk every entry from the start, with every checkpoint and the signed "
+        "verification mark, instead of trusting the entries up to that mark.",
+    ),
+]
+ExpectHead = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--expect-head",
+        help="CHAIN=SEQ:HASH printed by an earlier verify: that entry must still be there, "
+        "unchanged (catches a truncated tail). Repeat per chain. Works with --file too.",
+    ),
+]
+ExportFile = Annotated[
+    Path | None,
+    typer.Option("--file", help="Verify an export (JSON lines) offline, each chain in full."),
+]
+ArchiveDirectory = Annotated[
+    Path | None,
+    typer.Option(
+        "--with-archive",
+        help="Also walk this archive directory (`vortos audit archive` wrote it): each "
+        "chain from its first archived entry through the database's head, as one chain.",
+    ),
+]
+AnchorsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--anchors",
+        help="An external anchors file (`vortos audit anchor`): every signed head in it "
+        "must still be in the chain, unchanged (catches a truncated or rewritten tail).",
+    ),
+]
 
 
 def _public_root(path: Path | None) -> PublicRoot | None:
@@ -147,44 +184,13 @@ def _report(result: Verification, as_json: bool) -> None:
 @handles_errors
 def verify_(
     ctx: typer.Context,
-    full: Annotated[
-        bool,
-        typer.Option(
-            "--full",
-            help="Walk every entry from the start, with every checkpoint and the signed "
-            "verification mark, instead of trusting the entries up to that mark.",
-        ),
-    ] = False,
+    full: Full = False,
     chains: Chain = None,
-    expect_head: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--expect-head",
-            help="CHAIN=SEQ:HASH printed by an earlier verify: that entry must still be there, "
-            "unchanged (catches a truncated tail). Repeat per chain. Works with --file too.",
-        ),
-    ] = None,
-    from_file: Annotated[
-        Path | None,
-        typer.Option("--file", help="Verify an export (JSON lines) offline, each chain in full."),
-    ] = None,
+    expect_head: ExpectHead = None,
+    from_file: ExportFile = None,
     public_key: PublicKeyFile = None,
-    with_archive: Annotated[
-        Path | None,
-        typer.Option(
-            "--with-archive",
-            help="Also walk this archive directory (`vortos audit archive` wrote it): each "
-            "chain from its first archived entry through the database's head, as one chain.",
-        ),
-    ] = None,
-    anchors: Annotated[
-        Path | None,
-        typer.Option(
-            "--anchors",
-            help="An external anchors file (`vortos audit anchor`): every signed head in it "
-            "must still be in the chain, unchanged (catches a truncated or rewritten tail).",
-        ),
-    ] = None,
+    with_archive: ArchiveDirectory = None,
+    anchors: AnchorsFile = None,
     as_json: Json = False,
 ) -> None:
     """Prove the audit chains intact, or name the first broken entry (exit 1).
@@ -199,48 +205,80 @@ def verify_(
     root = _public_root(public_key)
     if with_archive is not None or anchors is not None:
         _verify_with_archive(ctx, with_archive, anchors, public_key, chains, as_json)
-        return
-    if from_file is not None:
-        if from_file.is_dir():
-            raise InvalidInput(
-                f"--file {from_file} is a directory: give the file `vortos audit export -o` wrote"
-            )
-        if not from_file.is_file():
-            raise InvalidInput(f"--file {from_file} does not exist")
-        keys = (
-            None
-            if root is not None
-            else load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
-        )
-        try:
-            with from_file.open(encoding="utf-8") as handle:
-                result = verify_export(read_export(handle), keys, expect=expect, root=root)
-        except ValueError as exc:
-            raise InvalidInput(f"{from_file}: {exc}") from None
-        except OSError as exc:
-            raise InvalidInput(f"--file {from_file} cannot be read: {exc.strerror}") from None
-        if not result.chains:
-            # An empty report would read as "every chain intact": it proves nothing.
-            raise InvalidInput(f"{from_file} holds no audit entries: nothing was verified")
-        _report(result, as_json)
-        return
-    if root is not None:
-        with open_for_read(ctx) as reader:
-            readable, unreadable = reader.service.audit_chains_to_verify(
-                actor=operator(), wanted=chains, expected=list(expect)
-            )
-            every = None if chains is None and unreadable == 0 else readable
-            result = verify(reader.storage.audit, None, chains=every, expect=expect, root=root)
-        result.unreadable = unreadable
-        _report(result, as_json)
-        return
-    if cli.control_socket is not None:
+    elif from_file is not None:
+        _verify_export(ctx, from_file, expect, root, as_json)
+    elif root is not None:
+        _verify_with_public_key(ctx, chains, expect, root, as_json)
+    elif cli.control_socket is not None:
         # The key is the service account's: the server verifies, and records how far.
         with open_existing(ctx) as engine:
             assert isinstance(engine.service, RemoteService)
             found = engine.service.audit_verification(chains=chains, full=full, expect=expect)
         _report(found, as_json)
-        return
+    else:
+        _verify_with_secret_key(ctx, chains, full, expect, as_json)
+
+
+def _verify_export(
+    ctx: typer.Context,
+    from_file: Path,
+    expect: dict[str, ChainPoint],
+    root: PublicRoot | None,
+    as_json: bool,
+) -> None:
+    """`verify --file`: an export, offline, each chain in full."""
+    cli = state(ctx)
+    if from_file.is_dir():
+        raise InvalidInput(
+            f"--file {from_file} is a directory: give the file `vortos audit export -o` wrote"
+        )
+    if not from_file.is_file():
+        raise InvalidInput(f"--file {from_file} does not exist")
+    keys = (
+        None
+        if root is not None
+        else load_keyring(cli.db, key_file=cli.settings.audit_key_file, create=False)
+    )
+    try:
+        with from_file.open(encoding="utf-8") as handle:
+            result = verify_export(read_export(handle), keys, expect=expect, root=root)
+    except ValueError as exc:
+        raise InvalidInput(f"{from_file}: {exc}") from None
+    except OSError as exc:
+        raise InvalidInput(f"--file {from_file} cannot be read: {exc.strerror}") from None
+    if not result.chains:
+        # An empty report would read as "every chain intact": it proves nothing.
+        raise InvalidInput(f"{from_file} holds no audit entries: nothing was verified")
+    _report(result, as_json)
+
+
+def _verify_with_public_key(
+    ctx: typer.Context,
+    chains: list[str] | None,
+    expect: dict[str, ChainPoint],
+    root: PublicRoot,
+    as_json: bool,
+) -> None:
+    """`verify --public-key` on the database: no secret read, every chain walked in full."""
+    with open_for_read(ctx) as reader:
+        readable, unreadable = reader.service.audit_chains_to_verify(
+            actor=operator(), wanted=chains, expected=list(expect)
+        )
+        every = None if chains is None and unreadable == 0 else readable
+        result = verify(reader.storage.audit, None, chains=every, expect=expect, root=root)
+    result.unreadable = unreadable
+    _report(result, as_json)
+
+
+def _verify_with_secret_key(
+    ctx: typer.Context,
+    chains: list[str] | None,
+    full: bool,
+    expect: dict[str, ChainPoint],
+    as_json: bool,
+) -> None:
+    """`verify` with the audit key: from the signed mark (unless `full`), recording how far."""
+    cli = state(ctx)
     with open_for_read(ctx) as reader:
         # Who may read what comes first, on a read-only open: one who may read no chain
         # learns nothing, not even that the key or the file's writing is out of its reach.
