@@ -41,7 +41,6 @@ from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import DAY_MS, format_duration, parse_duration
 
 ALLOW_ENV = "VORTOS_PROCESS_ALLOW"
-DEFAULT_TIMEOUT_MS = 60 * 60 * 1000
 MAX_TIMEOUT_MS = 7 * DAY_MS
 TAIL_BYTES = 4096
 # After SIGTERM on timeout or cancellation, the process group has this long before SIGKILL.

@@ -109,10 +109,6 @@ class Identity:
             if g.tenant == ANY_TENANT or (tenant is not None and g.tenant == tenant)
         ]
 
-    def best_role_in(self, tenant: str | None) -> Role | None:
-        roles = self.roles_in(tenant)
-        return max(roles, key=_RANK.__getitem__) if roles else None
-
 
 @dataclass(frozen=True, slots=True)
 class TenantScope:

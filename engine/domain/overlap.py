@@ -18,7 +18,6 @@ SKIPPED_BUFFER = "skipped: another fire was already waiting (overlap policy buff
 SKIPPED_PAUSED = "skipped: the schedule was paused before this fire ran"
 SKIPPED_DELETED = "skipped: the schedule was deleted before this fire ran"
 SUPERSEDED = "cancelled: a newer fire of the schedule superseded it (overlap policy cancel-other)"
-CANCEL_REQUESTED = "cancelled: a newer fire of the schedule started (overlap policy cancel-other)"
 
 
 @dataclass(frozen=True, slots=True)

@@ -600,24 +600,6 @@ def _beyond_head(walk: ChainWalk, checkpoints: Iterable[Checkpoint]) -> ChainPro
     return None
 
 
-def verify_chain(
-    log: AuditLog,
-    keys: KeyRing | None,
-    chain: str,
-    *,
-    full: bool = False,
-    expect: ChainPoint | None = None,
-) -> ChainReport:
-    """Check one chain: from the last signed verification mark (or the start, with `full`) to
-    its head, with the checkpoints on the way and past the head; with `full`, the mark too.
-    With `expect`, also that the entry at that earlier head is still there, unchanged (a
-    truncated or rewritten tail)."""
-    mode = VerifyMode.FULL if full else VerifyMode.INCREMENTAL
-    trust = trust_for(log, keys)
-    plan = _plan(log, trust, chain, mode)
-    return _walk_plan(log, trust, plan, expect, _Counter(plan.to_check, None, _never), PAGE)
-
-
 def _against_expected(
     log: AuditLog, chain: str, head: ChainPoint, expect: ChainPoint
 ) -> ChainProblem | None:

@@ -47,7 +47,6 @@ DROPPED_CATCHUP_AGE = "dropped_catchup_age"
 DISPATCH_BREAKER = "dispatch"
 BREAKER_STATES = ("closed", "half_open", "open")  # the gauge's values 0, 1, 2
 LEADER_EVENTS = ("leader.acquired", "leader.lost", "leader.released")
-RUN_OUTCOMES = ("completed", "failed", "dead_lettered", "cancelled", "skipped")
 
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600)
 TICK_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
