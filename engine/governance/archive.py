@@ -322,8 +322,8 @@ class ArchiveRefused(VortosError):
 
 
 def _pool(log: SqlAuditLog[Any]) -> SqlPool[Any]:
-    # The log's reads go through its pool; the prune transaction needs it too (the core has no
-    # prune method of its own yet).
+    # The prune transaction runs on the log's own pool: anchoring and deleting the archived
+    # entries is this module's work, not one of the audit log's methods.
     pool: SqlPool[Any] = log._pool
     return pool
 
