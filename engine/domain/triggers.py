@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo
 from engine.domain.cron import CronSpec, parse_cron
 from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import SECOND_MS, format_duration, iso_utc, to_ms, zone
+from engine.domain.values import JsonValue
 from engine.domain.wallclock import Resolved, SlotNote, first_slot_after, transition_in
 
 
@@ -70,7 +71,7 @@ class Trigger(Protocol):
         """The first slot strictly after `after_ms`, or None when there is none."""
         ...
 
-    def to_spec(self) -> dict[str, Any]:
+    def to_spec(self) -> dict[str, JsonValue]:
         """A JSON-able description from which its registered loader rebuilds the trigger."""
         ...
 
@@ -159,7 +160,7 @@ class CronTrigger:
             repeated = self.repeated.value
         return f"repeated hour {repeated}, skipped hour {self.missing.value}"
 
-    def to_spec(self) -> dict[str, Any]:
+    def to_spec(self) -> dict[str, JsonValue]:
         return {
             "cron": self.expression,
             "dst_repeated": self.repeated.value,
@@ -197,7 +198,7 @@ class IntervalTrigger:
         steps = (after_ms - self.anchor_ms) // self.every_ms + 1
         return Slot(self.anchor_ms + steps * self.every_ms)
 
-    def to_spec(self) -> dict[str, Any]:
+    def to_spec(self) -> dict[str, JsonValue]:
         return {"every_ms": self.every_ms, "anchor_ms": self.anchor_ms}
 
     def describe(self) -> str:
@@ -214,7 +215,7 @@ class OneShotTrigger:
     def slot_after(self, after_ms: int, tz: str) -> Slot | None:
         return Slot(self.at_ms) if self.at_ms > after_ms else None
 
-    def to_spec(self) -> dict[str, Any]:
+    def to_spec(self) -> dict[str, JsonValue]:
         return {"at_ms": self.at_ms}
 
     def describe(self) -> str:
@@ -226,7 +227,7 @@ class OneShotTrigger:
 # `trigger_to_json`: a new trigger type is one module whose class has `kind`, `slot_after`,
 # `to_spec` and `describe`, plus one `register_trigger` call.
 
-TriggerLoader = Callable[[Mapping[str, Any]], Trigger]
+TriggerLoader = Callable[[Mapping[str, JsonValue]], Trigger]
 _LOADERS: dict[str, TriggerLoader] = {}
 
 
@@ -264,10 +265,10 @@ def trigger_from_spec(kind: str, spec: Mapping[str, Any]) -> Trigger:
         raise InvalidInput(f"a {kind} trigger that cannot be read ({exc!r})") from None
 
 
-def trigger_to_json(trigger: Trigger) -> dict[str, Any]:
+def trigger_to_json(trigger: Trigger) -> dict[str, JsonValue]:
     """The one JSON spelling of a trigger: its kind and its spec, side by side (and, for an
     interval given no start, `anchored: false`: a four-eyes request leaves its anchor open)."""
-    spelled = {"kind": trigger.kind, **trigger.to_spec()}
+    spelled: dict[str, JsonValue] = {"kind": trigger.kind, **trigger.to_spec()}
     if isinstance(trigger, IntervalTrigger) and not trigger.anchored:
         spelled["anchored"] = False
     return spelled
@@ -281,7 +282,7 @@ def trigger_from_json(value: Mapping[str, Any]) -> Trigger:
     return trigger_from_spec(kind, {k: v for k, v in value.items() if k != "kind"})
 
 
-def _only(spec: Mapping[str, Any], kind: str, *keys: str) -> None:
+def _only(spec: Mapping[str, JsonValue], kind: str, *keys: str) -> None:
     unknown = sorted(set(spec) - set(keys))
     if unknown:  # dst_repeated on an interval would be silently dropped
         raise InvalidInput(
@@ -289,22 +290,30 @@ def _only(spec: Mapping[str, Any], kind: str, *keys: str) -> None:
         )
 
 
-def _cron(spec: Mapping[str, Any]) -> Trigger:
+def _cron(spec: Mapping[str, JsonValue]) -> Trigger:
     _only(spec, "cron", "cron", "dst_repeated", "dst_missing")
     return CronTrigger(
-        str(spec["cron"]), RepeatedHour(spec["dst_repeated"]), MissingHour(spec["dst_missing"])
+        _text(spec["cron"]),
+        RepeatedHour(_text(spec["dst_repeated"])),
+        MissingHour(_text(spec["dst_missing"])),
     )
 
 
-def _interval(spec: Mapping[str, Any]) -> Trigger:
+def _interval(spec: Mapping[str, JsonValue]) -> Trigger:
     _only(spec, "interval", "every_ms", "anchor_ms", "anchored")
     anchored = spec.get("anchored", True) is not False
     return IntervalTrigger(_whole(spec["every_ms"]), _whole(spec["anchor_ms"]), anchored=anchored)
 
 
-def _once(spec: Mapping[str, Any]) -> Trigger:
+def _once(spec: Mapping[str, JsonValue]) -> Trigger:
     _only(spec, "once", "at_ms")
     return OneShotTrigger(_whole(spec["at_ms"]))
+
+
+def _text(value: JsonValue) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
 
 
 def _whole(value: Any) -> int:

@@ -36,7 +36,7 @@ from engine.domain.access import Grant, Identity, Operation, Role
 from engine.domain.audit import AuditEntry
 from engine.domain.clock import Clock, ManualClock, SystemClock
 from engine.domain.errors import LeaseError, LeaseExpired, LeaseNotOwned
-from engine.domain.triggers import Trigger
+from engine.domain.triggers import Slot, Trigger, register_trigger
 from engine.governance.doctor import Check as DoctorCheck
 from engine.governance.doctor import DoctorContext, Finding, Status
 from engine.observability.observer import Observer as MetricsObserver
@@ -78,8 +78,10 @@ __all__ = [
     "Role",
     "RunLedger",
     "ScheduleStore",
+    "Slot",
     "Status",
     "Storage",
     "SystemClock",
     "Trigger",
+    "register_trigger",
 ]

@@ -3,9 +3,9 @@ trail or the daemon lists the kinds (the schedules table keeps the kind as data)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -14,12 +14,12 @@ from engine.control.codec import from_wire, to_wire
 from engine.domain.errors import InvalidInput, StorageError
 from engine.domain.timeutil import MINUTE_MS
 from engine.domain.triggers import (
-    Slot,
-    register_trigger,
     trigger_from_json,
     trigger_kinds,
     trigger_to_json,
 )
+from engine.domain.values import JsonValue
+from engine.extend import Slot, register_trigger
 from engine.ports.runs import RunQuery
 from engine.service.core import definition
 from tests.conftest import T0
@@ -38,15 +38,17 @@ class Squares:
             k += 1
         return Slot(self.anchor_ms + k * k * MINUTE_MS)
 
-    def to_spec(self) -> dict[str, Any]:
+    def to_spec(self) -> dict[str, JsonValue]:
         return {"anchor_ms": self.anchor_ms}
 
     def describe(self) -> str:
         return "at square minutes"
 
 
-def _squares(spec: Any) -> Squares:
-    return Squares(int(spec["anchor_ms"]))
+def _squares(spec: Mapping[str, JsonValue]) -> Squares:
+    anchor = spec["anchor_ms"]
+    assert isinstance(anchor, int)
+    return Squares(anchor)
 
 
 register_trigger("toy_squares", _squares)

@@ -32,8 +32,6 @@ KNOWN = {
     "engine.domain.audit.AuditEntry.__init__(data)[1]",
     "engine.domain.audit.AuditEntry.from_json(value)[1]",
     "engine.domain.audit.AuditEntry.to_json(return)[1]",
-    # engine/domain/triggers.py: a trigger's spec is JSON (JsonValue would do).
-    "engine.domain.triggers.Trigger.to_spec(return)[1]",
     # dict[str, JsonValue] needs str() around describe()["path"] at
     # tests/integration/test_plugin_runtime.py:53.
     "engine.ports.storage.Storage.describe(return)[1]",
