@@ -14,7 +14,6 @@ from typer._click.core import ParameterSource
 
 from engine import App, CommandRegistry, Engine, ProcessAllowlist, builtin_commands, load_app
 from engine.api import EngineConfig, build_engine
-from engine.backends.registry import parse_database
 from engine.config import BY_NAME, Settings, load_settings
 from engine.domain.database import Database
 from engine.plugins.registry import Selection, select_plugins
@@ -34,10 +33,6 @@ class CliState:
     _app: App | None = None
     _commands: CommandRegistry | None = None
     _plugins: Selection | None = None
-
-    def __post_init__(self) -> None:
-        # The db setting's default (and a test's or the console's Path) is given unparsed.
-        self.db = parse_database(self.db)
 
     def loaded_app(self) -> App:
         """The app's commands and static schedules (imported once per invocation)."""
