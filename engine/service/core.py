@@ -231,47 +231,11 @@ class ServiceCore:
         why = self.protection(schedule.sensitive or spec.sensitive, schedule.command, spec.command)
         approval = None
         if why is not None:
-            known = {"schedule_id": schedule.id, "version": schedule.version}
-            approval = self.four_eyes.check(
-                actor,
-                GatedOperation.UPDATE,
-                spec.tenant,
-                spec.name,
-                {**known, "before": definition(schedule), "definition": definition(changed)},
-                written={
-                    **known,
-                    "before": definition(schedule),
-                    "definition": as_written(changed),
-                },
-                why=why,
-            )
-            trigger = requested_trigger(spec.trigger, approval)
-            if trigger != spec.trigger:
-                spec = replace(spec, trigger=trigger)
-                changed = _redefine(schedule, spec, _first_slot(trigger, spec.timezone, now), now)
+            approval, spec, changed = self._approved_update(actor, schedule, spec, changed, why)
         with self._changing(actor, Operation.UPDATE, spec.tenant):
             if approval is not None:
                 self.four_eyes.consume(actor, approval)
-            # Slots written ahead (the daemon's lookahead) are not due yet: they are the new
-            # definition's. Their fires are withdrawn, unrun, and dispatched again from it.
-            withdrawn = self._storage.fire_queue.withdraw_ahead(schedule.id, now)
-            if withdrawn and changed.next_slot_at == schedule.next_slot_at:
-                again = min(slot for _, slot in withdrawn)
-                changed = replace(
-                    changed,
-                    next_slot_at=again,
-                    next_fire_at=due_at(schedule.id, again, changed.timezone, changed.jitter_ms),
-                )
-            stored = self._storage.schedules.update(changed, schedule.version)
-            before, after = definition(schedule), definition(stored)
-            changes: dict[str, Any] = {
-                "before": before,
-                "definition": after,
-                "changed": changed_fields(before, after),
-            }
-            if withdrawn:  # the ledger check excuses these runs: nothing ran
-                changes["withdrawn"] = run_ranges(r for r, _ in withdrawn)
-            self._record("schedule.updated", actor, stored, **changes)
+            stored = self._store_update(actor, schedule, changed)
         log.info(
             "schedule %s/%s updated by %s (%s, %s)",
             spec.tenant,
@@ -280,6 +244,53 @@ class ServiceCore:
             spec.trigger.describe(),
             spec.timezone,
         )
+        return stored
+
+    def _approved_update(
+        self, actor: str, schedule: Schedule, spec: ScheduleSpec, changed: Schedule, why: str
+    ) -> tuple[Approval, ScheduleSpec, Schedule]:
+        """The approved request for this update (else ApprovalRequired), and the update as
+        approved: an open anchor is the one the approver saw."""
+        known = {"schedule_id": schedule.id, "version": schedule.version}
+        before = definition(schedule)
+        approval = self.four_eyes.check(
+            actor,
+            GatedOperation.UPDATE,
+            spec.tenant,
+            spec.name,
+            {**known, "before": before, "definition": definition(changed)},
+            written={**known, "before": before, "definition": as_written(changed)},
+            why=why,
+        )
+        trigger = requested_trigger(spec.trigger, approval)
+        if trigger != spec.trigger:
+            spec = replace(spec, trigger=trigger)
+            now = self._clock.now_ms()
+            changed = _redefine(schedule, spec, _first_slot(trigger, spec.timezone, now), now)
+        return approval, spec, changed
+
+    def _store_update(self, actor: str, schedule: Schedule, changed: Schedule) -> Schedule:
+        """Write the update and its audit entry (inside the change's transaction)."""
+        # Slots written ahead (the daemon's lookahead) are not due yet: they are the new
+        # definition's. Their fires are withdrawn, unrun, and dispatched again from it.
+        withdrawn = self._storage.fire_queue.withdraw_ahead(schedule.id, self._clock.now_ms())
+        if withdrawn and changed.next_slot_at == schedule.next_slot_at:
+            again = min(slot for _, slot in withdrawn)
+            changed = replace(
+                changed,
+                next_slot_at=again,
+                next_fire_at=due_at(schedule.id, again, changed.timezone, changed.jitter_ms),
+            )
+        stored = self._storage.schedules.update(changed, schedule.version)
+        before, after = definition(schedule), definition(stored)
+        changes: dict[str, Any] = {
+            "before": before,
+            "definition": after,
+            "changed": changed_fields(before, after),
+        }
+        if withdrawn:  # the ledger check excuses these runs: nothing ran
+            changes["withdrawn"] = run_ranges(r for r, _ in withdrawn)
+        self._record("schedule.updated", actor, stored, **changes)
         return stored
 
     def patch(
@@ -379,22 +390,14 @@ class ServiceCore:
         if static:
             _refuse_undeclared(schedule, "resumed")
         now = self._clock.now_ms()
-        override = (
-            StaticOverride(ScheduleStatus.ACTIVE, actor, now)
-            if static and schedule.declared_paused
-            else None
-        )
+        # A static schedule the code declares paused is force-resumed: an override.
+        forced = static and schedule.declared_paused
+        override = StaticOverride(ScheduleStatus.ACTIVE, actor, now) if forced else None
         if schedule.status is ScheduleStatus.ACTIVE and (
             not static or (schedule.override is None) == (override is None)
         ):
             return schedule
-        if schedule.status is ScheduleStatus.ACTIVE:
-            next_slot: int | None = schedule.next_slot_at  # already firing: the cursor stays
-        elif catch_up and schedule.next_slot_at is not None:
-            next_slot = schedule.next_slot_at
-        else:
-            first = schedule.trigger.slot_after(now - 1, schedule.timezone)
-            next_slot = None if first is None else first.at_ms
+        next_slot = _resumed_cursor(schedule, catch_up, now)
         approval = (
             self.four_eyes.check(
                 actor,
@@ -410,25 +413,21 @@ class ServiceCore:
         with self._changing(actor, Operation.RESUME, tenant):
             if approval is not None:
                 self.four_eyes.consume(actor, approval)
-            changed = self._storage.schedules.update(
-                replace(
-                    schedule,
-                    status=ScheduleStatus.ACTIVE,
-                    pause_note=None,
-                    updated_at=now,
-                    next_slot_at=next_slot,
-                    next_fire_at=None
-                    if next_slot is None
-                    else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
-                    override=override,
-                ),
-                schedule.version,
+            resumed = replace(
+                schedule,
+                status=ScheduleStatus.ACTIVE,
+                pause_note=None,
+                updated_at=now,
+                next_slot_at=next_slot,
+                next_fire_at=None
+                if next_slot is None
+                else due_at(schedule.id, next_slot, schedule.timezone, schedule.jitter_ms),
+                override=override,
             )
+            changed = self._storage.schedules.update(resumed, schedule.version)
             extra = {"override": "active" if override else "cleared"} if static else {}
             self._record("schedule.resumed", actor, changed, catch_up=catch_up, **extra)
-        log.info(
-            "schedule %s/%s resumed by %s%s", tenant, name, actor, " (catch-up)" if catch_up else ""
-        )
+        log.info("schedule %s/%s resumed by %s%s", tenant, name, actor, " (catch-up)" * catch_up)
         return changed
 
     def delete(
@@ -658,6 +657,18 @@ def _redefine(schedule: Schedule, spec: ScheduleSpec, first_slot: int, now: int)
             next_fire_at=due_at(schedule.id, first_slot, spec.timezone, spec.jitter_ms),
         )
     return changed
+
+
+def _resumed_cursor(schedule: Schedule, catch_up: bool, now: int) -> int | None:
+    """Where a resumed schedule's cursor goes: it stays for one already firing (and for a
+    catch-up, which hands the missed slots to the misfire policy), else the first slot
+    after now."""
+    if schedule.status is ScheduleStatus.ACTIVE:
+        return schedule.next_slot_at
+    if catch_up and schedule.next_slot_at is not None:
+        return schedule.next_slot_at
+    first = schedule.trigger.slot_after(now - 1, schedule.timezone)
+    return None if first is None else first.at_ms
 
 
 def _valid_tenant(tenant: str | None) -> None:
