@@ -59,13 +59,6 @@ class Database:
     def __str__(self) -> str:
         return self.location
 
-    def __fspath__(self) -> str:
-        """A file database's path (`Path(db)`, `open(db)`); TypeError for one on a server.
-        Kept while vortos_tui/cli/audit.py still writes Path(cli.db)."""
-        if self.path is None:
-            raise TypeError(f"{self.shown} is not a file")
-        return str(self.path)
-
     def __repr__(self) -> str:
         return f"Database({self.backend!r}, {self.shown!r})"  # never the password
 
@@ -85,8 +78,7 @@ def shown(db: Database | PlainDatabase) -> str:
 
 def is_postgres_url(db: str | Path | object) -> bool:
     """True for a PostgreSQL database, or a postgresql:// or postgres:// URL given as text.
-    The engine asks a Database for its `backend` instead; bench/postgres.py and
-    vortos_tui/cli/audit.py still ask this."""
+    The engine asks a Database for its `backend` instead; bench/postgres.py still asks this."""
     if isinstance(db, Database):
         return db.backend == POSTGRESQL
     return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)

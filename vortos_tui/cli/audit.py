@@ -15,7 +15,6 @@ from engine.backends.audit import SqlAuditLog
 from engine.control import RemoteService
 from engine.domain.audit import ChainPoint, ChainProblem, KeyRing, parse_point, summary
 from engine.domain.audit_keys import KeyKind
-from engine.domain.database import is_postgres_url
 from engine.domain.errors import AuditKeyMissing, InvalidInput, VortosError
 from engine.domain.timeutil import iso_utc
 from engine.governance.archive import ArchiveVerification, read_public_key, verify_with_archive
@@ -321,7 +320,7 @@ def _verify_with_archive(
             root = read_public_key(public_key)
         except ValueError as exc:
             raise InvalidInput(f"--public-key {public_key}: {exc}") from None
-    if root is not None and not is_postgres_url(cli.db) and not Path(cli.db).exists():
+    if root is not None and cli.db.path is not None and not cli.db.path.exists():
         # An auditor with the archive, the anchors and the public key, and no database.
         result = verify_with_archive(
             directory, log=None, keys=None, public_key=root, anchors_file=anchors, chains=chains
