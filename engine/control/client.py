@@ -12,12 +12,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import inspect
 import socket
 import time
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from engine.commands import CommandRegistry
 from engine.control.codec import from_wire
@@ -32,13 +33,13 @@ from engine.control.wire import (
     error_from_json,
 )
 from engine.domain.access import Grant
-from engine.domain.approvals import Approval, ApprovalRequired, ApprovalState
-from engine.domain.audit import AuditEntry, ChainPoint, KeyRing
+from engine.domain.approvals import Approval, ApprovalRequired
+from engine.domain.audit import AuditEntry, ChainPoint
 from engine.domain.clock import Clock
 from engine.domain.errors import InvalidInput, StorageError, VortosError
 from engine.domain.preview import PreviewSlot
 from engine.domain.run import Run
-from engine.domain.schedule import DEFAULT_TENANT, Schedule, ScheduleStatus
+from engine.domain.schedule import Schedule
 from engine.governance.audit import ChainReport, Verification, export
 from engine.governance.doctor import Finding, Report
 from engine.ports.audit import AuditLog
@@ -46,7 +47,6 @@ from engine.ports.fire_queue import Fire
 from engine.ports.retention import RetentionOverride
 from engine.ports.runs import RunQuery
 from engine.retention import PruneReport, RetentionSettings
-from engine.retention.sweeper import Wait
 from engine.service import RetentionView
 from engine.service.audit_trail import AUDIT_PAGE_MAX
 
@@ -220,29 +220,28 @@ class RemoteService(_ServiceCalls):
         return str(self.client.call("hello")["operator"])
 
     # -- reads ------------------------------------------------------------------------------
+    # Each takes its ScheduleService method's own parameters (declared once, there: `_given`
+    # binds them by that signature, defaults and all); `actor` is ignored.
 
-    def get(self, name: str, *, tenant: str = DEFAULT_TENANT, actor: str | None = None) -> Schedule:
-        return from_wire(Schedule, self._call("schedule", name=name, tenant=tenant)["schedule"])
+    def get(self, *args: Any, **kwargs: Any) -> Schedule:
+        a = _given("get", args, kwargs)
+        done = self._call("schedule", name=a["name"], tenant=a["tenant"])
+        return from_wire(Schedule, done["schedule"])
 
-    def schedules(
-        self,
-        *,
-        tenant: str | None = None,
-        status: ScheduleStatus | None = None,
-        limit: int = 1000,
-        offset: int = 0,
-        actor: str | None = None,
-    ) -> list[Schedule]:
+    def schedules(self, *args: Any, **kwargs: Any) -> list[Schedule]:
+        a = _given("schedules", args, kwargs)
+        status = a["status"]
         found = self._paged(
             "schedules",
             Schedule,
-            tenant=tenant,
+            tenant=a["tenant"],
             status=None if status is None else status.value,
-            limit=offset + limit,
+            limit=a["offset"] + a["limit"],
         )
-        return found[offset:]
+        return found[a["offset"] :]
 
-    def runs(self, query: RunQuery, *, actor: str | None = None) -> list[Run]:
+    def runs(self, *args: Any, **kwargs: Any) -> list[Run]:
+        query: RunQuery = _given("runs", args, kwargs)["query"]
         return self._paged(
             "runs",
             Run,
@@ -254,45 +253,36 @@ class RemoteService(_ServiceCalls):
             limit=query.limit,
         )
 
-    def run(self, run_id: int, *, actor: str | None = None) -> Run:
-        return from_wire(Run, self._call("run", run_id=run_id)["run"])
+    def run(self, *args: Any, **kwargs: Any) -> Run:
+        a = _given("run", args, kwargs)
+        return from_wire(Run, self._call("run", run_id=a["run_id"])["run"])
 
-    def preview(
-        self,
-        name: str,
-        *,
-        tenant: str = DEFAULT_TENANT,
-        count: int = 10,
-        after_ms: int | None = None,
-        actor: str | None = None,
-    ) -> list[PreviewSlot]:
-        done = self._call("preview", name=name, tenant=tenant, count=count, after_ms=after_ms)
+    def preview(self, *args: Any, **kwargs: Any) -> list[PreviewSlot]:
+        a = _given("preview", args, kwargs)
+        done = self._call("preview", **_without(a, "actor"))
         return from_wire(list[PreviewSlot], done["slots"])
 
-    def dead_letters(
-        self, *, tenant: str | None = None, limit: int = 100, actor: str | None = None
-    ) -> list[Fire]:
-        return self._paged("dead_letters", Fire, tenant=tenant, limit=limit)
+    def dead_letters(self, *args: Any, **kwargs: Any) -> list[Fire]:
+        a = _given("dead_letters", args, kwargs)
+        return self._paged("dead_letters", Fire, tenant=a["tenant"], limit=a["limit"])
 
-    def approvals(
-        self,
-        *,
-        actor: str,
-        tenant: str | None = None,
-        state: ApprovalState | None = None,
-        limit: int = 100,
-    ) -> list[Approval]:
+    def approvals(self, *args: Any, **kwargs: Any) -> list[Approval]:
+        a = _given("approvals", args, kwargs)
+        state = a["state"]
         chosen = None if state is None else state.value
-        return self._paged("approvals", Approval, tenant=tenant, state=chosen, limit=limit)
+        return self._paged(
+            "approvals", Approval, tenant=a["tenant"], state=chosen, limit=a["limit"]
+        )
 
-    def approval(self, approval_id: str, *, actor: str, tenant: str | None = None) -> Approval:
-        done = self._call("approval", approval_id=approval_id, tenant=tenant)
+    def approval(self, *args: Any, **kwargs: Any) -> Approval:
+        a = _given("approval", args, kwargs)
+        done = self._call("approval", approval_id=a["approval_id"], tenant=a["tenant"])
         return from_wire(Approval, done["approval"])
 
-    def operators(self, *, actor: str) -> list[Grant]:
+    def operators(self, *args: Any, **kwargs: Any) -> list[Grant]:
         return from_wire(list[Grant], self._call("operators")["grants"])
 
-    def retention(self, *, actor: str | None = None) -> RetentionView:
+    def retention(self, *args: Any, **kwargs: Any) -> RetentionView:
         done = self._call("retention")
         overrides = from_wire(list[RetentionOverride], done["overrides"])
         return RetentionView(self._settings(done), str(done["source"]), overrides)
@@ -301,42 +291,33 @@ class RemoteService(_ServiceCalls):
         done = self._call("retention")
         return self._settings(done), str(done["source"])
 
-    def audit_chains(
-        self, *, actor: str | None = None, wanted: Sequence[str] | None = None
-    ) -> list[str]:
+    def audit_chains(self, *args: Any, **kwargs: Any) -> list[str]:
+        wanted = _given("audit_chains", args, kwargs)["wanted"]
         done = self._call("audit_chains", wanted=None if wanted is None else list(wanted))
         return from_wire(list[str], done["chains"])
 
-    def audit_latest(
-        self, *, actor: str | None = None, chain: str | None = None, limit: int = 20
-    ) -> list[AuditEntry]:
-        return self._paged("audit_tail", AuditEntry, chain=chain, limit=limit)
+    def audit_latest(self, *args: Any, **kwargs: Any) -> list[AuditEntry]:
+        a = _given("audit_latest", args, kwargs)
+        return self._paged("audit_tail", AuditEntry, chain=a["chain"], limit=a["limit"])
 
-    def audit_entries(
-        self, chain: str, *, actor: str | None = None, after_seq: int = 0, limit: int = 1000
-    ) -> list[AuditEntry]:
-        done = self._call("audit_entries", chain=chain, after_seq=after_seq, limit=limit)
+    def audit_entries(self, *args: Any, **kwargs: Any) -> list[AuditEntry]:
+        a = _given("audit_entries", args, kwargs)
+        done = self._call("audit_entries", **_without(a, "actor"))
         return from_wire(list[AuditEntry], done["entries"])
 
-    def audit_export(
-        self,
-        out: TextIO,
-        *,
-        actor: str | None = None,
-        chains: Sequence[str] | None = None,
-        keys: KeyRing | None = None,
-    ) -> int:
+    def audit_export(self, *args: Any, **kwargs: Any) -> int:
         """The export, read from the server a page at a time, each chain after the last entry
         it sent (never one answer of every entry). Its heads are not signed: the key is the
         server's account's, not this one's."""
+        a = _given("audit_export", args, kwargs)
         return export(
             # export reads nothing but entries() and identity() of the chains it is given.
             cast("AuditLog", _ServedEntries(self)),
-            out,
-            chains=self.audit_chains(wanted=chains),
+            a["out"],
+            chains=self.audit_chains(wanted=a["chains"]),
         )
 
-    def database_info(self, *, actor: str | None = None) -> dict[str, Any]:
+    def database_info(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         return from_wire(dict[str, Any], self._call("db_info")["facts"])
 
     def doctor(self) -> Report:
@@ -348,21 +329,14 @@ class RemoteService(_ServiceCalls):
 
     # -- changes (the protocol's verbs, but for these two) ---------------------------------
 
-    def prune(
-        self,
-        *,
-        actor: str,
-        dry_run: bool = False,
-        settings: RetentionSettings | None = None,
-        wait: Wait | None = None,
-    ) -> PruneReport:
+    def prune(self, *args: Any, **kwargs: Any) -> PruneReport:
         """A sweep made by the server (with its sweeper's settings), which may take up to its
         time budget."""
         verb = VERBS["prune"]
-        args = request_of(verb, (), {"dry_run": dry_run, "settings": settings, "wait": wait})
+        request = request_of(verb, args, kwargs)
         budget_s = self.retention_settings()[0].budget_s
         try:
-            done = self.client.call(verb.name, args, timeout_s=budget_s + 60)
+            done = self.client.call(verb.name, request, timeout_s=budget_s + 60)
         except _Waiting as waiting:  # a prune asks no approval; keep the types honest
             raise InvalidInput(str(waiting)) from None
         return typing.cast("PruneReport", result_of(verb, done))
@@ -451,6 +425,27 @@ class RemoteService(_ServiceCalls):
     @staticmethod
     def _schedule(done: Mapping[str, Any]) -> Schedule:
         return from_wire(Schedule, done.get("schedule"))
+
+
+def _given(method: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of a call `method(*args, **kwargs)` of ScheduleService, by its own
+    signature, its defaults filled in."""
+    bound = _signature(method).bind(None, *args, **kwargs)
+    bound.apply_defaults()
+    given = dict(bound.arguments)
+    del given["self"]
+    return given
+
+
+@functools.cache
+def _signature(method: str) -> inspect.Signature:
+    from engine.service import ScheduleService  # noqa: PLC0415 - the client's own dependency
+
+    return inspect.signature(getattr(ScheduleService, method))
+
+
+def _without(found: Mapping[str, Any], *names: str) -> dict[str, Any]:
+    return {k: v for k, v in found.items() if k not in names}
 
 
 class _ServedEntries:

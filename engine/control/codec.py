@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from engine.control.wire import ProtocolError
 from engine.domain.errors import InvalidInput
 from engine.domain.triggers import Trigger, trigger_from_json, trigger_to_json
+from engine.domain.values import JsonValue
 
 T = TypeVar("T")
 
@@ -78,10 +79,15 @@ def _loader(kind: Any) -> Loader:
     client's time."""
     origin = typing.get_origin(kind)
     args = typing.get_args(kind)
-    if kind is Any:
+    if kind is Any or kind is JsonValue:
         return _same
     if origin in (typing.Union, types.UnionType):
-        (chosen,) = [a for a in args if a is not type(None)]
+        chosen_all = [a for a in args if a is not type(None)]
+        if len(chosen_all) > 1:
+            # JSON itself (engine.domain.values.JsonValue: a payload): it came as JSON and
+            # travels on as it is.
+            return _json
+        (chosen,) = chosen_all
         inner = _loader(chosen)
         if type(None) not in args:
             return inner
@@ -115,6 +121,12 @@ def _loader(kind: Any) -> Loader:
 
 
 def _same(value: Any) -> Any:
+    return value
+
+
+def _json(value: Any) -> Any:
+    if value is not None and not isinstance(value, str | int | float | bool | list | dict):
+        raise _Misfit(f"{value!r} is not JSON")
     return value
 
 
