@@ -114,6 +114,7 @@ def _renamed(static: StaticSchedule, old: str, command: Command) -> StaticSchedu
         ),
         static.source,
         static.paused,
+        static.dst_declared,  # the rules the code left unnamed stay unnamed
     )
 
 

@@ -341,23 +341,6 @@ class RemoteService(_ServiceCalls):
             raise InvalidInput(str(waiting)) from None
         return typing.cast("PruneReport", result_of(verb, done))
 
-    def audit_verify(
-        self,
-        *,
-        chains: Sequence[str] | None = None,
-        full: bool = False,
-        expect: Mapping[str, ChainPoint] | None = None,
-        record: bool = True,
-    ) -> list[dict[str, Any]]:
-        """Verification by the server, which holds the key (the reports as JSON); with
-        `record`, the server remembers how far each chain verified."""
-        return [
-            report.to_json()
-            for report in self.audit_verification(
-                chains=chains, full=full, expect=expect, record=record
-            ).chains
-        ]
-
     def audit_verification(
         self,
         *,
@@ -366,8 +349,9 @@ class RemoteService(_ServiceCalls):
         expect: Mapping[str, ChainPoint] | None = None,
         record: bool = True,
     ) -> Verification:
-        """`audit_verify`, with what each chain trusted and how many chains the server did
-        not check (this operator may not read them)."""
+        """Verification by the server, which holds the key: what each chain trusted, and how
+        many chains it did not check (this operator may not read them); with `record`, the
+        server remembers how far each chain verified."""
         try:
             done = self.client.call(
                 "audit_verify",

@@ -69,13 +69,6 @@ def maybe_int(args: Args, key: str) -> int | None:
     return value
 
 
-def integer(args: Args, key: str) -> int:
-    value = maybe_int(args, key)
-    if value is None:
-        raise InvalidInput(f"the request needs {key!r}")
-    return value
-
-
 def bounded(args: Args, key: str, low: int, high: int, default: int) -> int:
     """An integer argument within [low, high] (`default` when not given)."""
     value = maybe_int(args, key)
@@ -90,17 +83,6 @@ def flag(args: Args, key: str) -> bool:
     value = args.get(key, False)
     if not isinstance(value, bool):
         raise InvalidInput(f"the request's {key!r} must be true or false")
-    return value
-
-
-def run_ids(args: Args) -> list[int] | None:
-    value = args.get("run_ids")
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
-    ):
-        raise InvalidInput("the request's 'run_ids' must be a list of integers")
     return value
 
 

@@ -649,3 +649,23 @@ def test_the_current_directory_is_importable_without_being_on_the_path(app_dir: 
     sys.path[:] = [p for p in sys.path if p not in ("", ".", str(app_dir))]
     _write(app_dir, f"{APP_PREFIX}here", SAME_NAME.format(function="here"))
     assert [c.name for c in load_app(f"{APP_PREFIX}here").commands] == ["report"]
+
+
+def test_a_renamed_command_keeps_whether_its_schedule_named_dst_rules() -> None:
+    """@schedulable("name") over @scheduled(cron=...) naming no DST rules: a sync must keep
+    a stored schedule's rules, as without the rename (the rename dropped the mark)."""
+    from engine.commands.decorators import schedules_of  # noqa: PLC0415
+
+    @schedulable("renamed-report")
+    @scheduled(cron="0 3 * * *")
+    def unnamed_rules() -> None: ...
+
+    @schedulable("renamed-backup")
+    @scheduled(cron="0 4 * * *", dst_missing="skip")
+    def named_rules() -> None: ...
+
+    (kept,) = schedules_of(unnamed_rules)
+    (named,) = schedules_of(named_rules)
+    assert kept.spec.command == "renamed-report"
+    assert kept.dst_declared is False
+    assert named.dst_declared is True
