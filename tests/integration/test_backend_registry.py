@@ -25,6 +25,8 @@ from engine import (
     open_engine,
     open_read_model,
 )
+from engine.api import EngineConfig, build_engine
+from engine.backends.mirrored_lease import MirroredLease
 from engine.backends.registry import (
     BACKEND_GROUP,
     Opening,
@@ -39,6 +41,7 @@ from engine.backends.sqlite.read_model import SqliteReadModel
 from engine.domain.clock import SystemClock
 from engine.domain.database import Database
 from engine.governance.keys import create_key_file
+from engine.plugins.registry import PluginError
 from engine.ports.read_model import ReadModel, Viewer
 from engine.ports.storage import Storage
 from engine.testing.conformance.approval_store import ApprovalStoreConformance
@@ -49,6 +52,7 @@ from engine.testing.conformance.schedule_store import ScheduleStoreConformance
 from engine.testing.conformance.tenant_isolation import TenantIsolationConformance
 from tests.conformance._backends import SUITE_KEYS
 from tests.conftest import T0, cli_env
+from tests.pg import REDIS_URL, need_redis
 
 MINUTE_MS = 60_000
 AUDIT_KEY = "toy-backend-audit-key-0123456789abcdef"
@@ -262,3 +266,34 @@ def test_the_cli_refuses_an_unknown_scheme_from_the_flag_the_environment_and_the
         assert "postgresql:" in done.stderr
         assert "secret" not in done.stderr
         assert list(workdir.iterdir()) == [], "nothing may be created for a refused database"
+
+
+# --- the lease driver: one path, the plug-in registry -------------------------------------
+
+
+def test_open_engine_leads_with_the_store_row_by_default(tmp_path: Path) -> None:
+    with open_engine(tmp_path / "row.db", clock=ManualClock(T0)) as engine:
+        assert engine.leases is engine.storage.leases
+
+
+def test_open_engine_names_its_lease_driver_as_the_setting_does(tmp_path: Path) -> None:
+    with pytest.raises(PluginError, match=r"lease_driver = 'advisory'.*PostgreSQL"):
+        open_engine(tmp_path / "a.db", lease_driver="advisory")
+    with pytest.raises(PluginError, match="no lease driver of that name"):
+        open_engine(tmp_path / "b.db", lease_driver="etcd")
+
+
+def test_open_engine_leads_with_redis_on_the_url_it_is_given(tmp_path: Path) -> None:
+    need_redis()
+    with open_engine(
+        tmp_path / "redis.db", clock=ManualClock(T0), lease_driver="redis", redis_url=REDIS_URL
+    ) as engine:
+        assert isinstance(engine.leases, MirroredLease)
+
+
+def test_the_approval_ttl_is_the_engines_own(tmp_path: Path) -> None:
+    config = EngineConfig(
+        database=parse_database(tmp_path / "ttl.db"), clock=ManualClock(T0), approval_ttl_ms=5_000
+    )
+    with build_engine(config) as engine:
+        assert engine.service.four_eyes.ttl_ms == 5_000
