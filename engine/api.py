@@ -30,6 +30,7 @@ from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS
 from engine.domain.audit import KeyRing
 from engine.domain.clock import Clock, SystemClock
 from engine.domain.database import Database
+from engine.domain.errors import InvalidInput
 from engine.governance.doctor import Report
 from engine.governance.keys import load_keyring
 from engine.governance.policy import AccessControl, RoleBasedPolicy
@@ -91,10 +92,9 @@ class Engine:
         # driver that mirrors into it.
         self.leases: LeasePort = leases or storage.leases
         self.commands = commands
-        self.service = ScheduleService(storage, clock, commands, access)
-        # Given here, as the service is made, until RetentionAdmin.__init__ (the first
-        # constructor ScheduleService reaches) passes approval_ttl_ms on to ServiceCore's.
-        self.service.four_eyes.ttl_ms = approval_ttl_ms
+        self.service = ScheduleService(
+            storage, clock, commands, access, approval_ttl_ms=approval_ttl_ms
+        )
 
     def serve_control(
         self,
@@ -303,6 +303,8 @@ def build_engine(config: EngineConfig) -> Engine:
     if config.control_socket is not None:
         client = ControlClient(config.control_socket)
         return SocketEngine(client, config.clock or SystemClock(), config.commands)
+    if config.storage is not None:
+        _refuse_unless_storage(config.storage)
     storage = config.storage or _open_store(config)
     try:
         clock = _clock_of(storage, config.clock)
@@ -316,6 +318,21 @@ def build_engine(config: EngineConfig) -> Engine:
         raise
     commands = config.commands or builtin_commands()
     return Engine(storage, clock, commands, access, leases, approval_ttl_ms=config.approval_ttl_ms)
+
+
+def _refuse_unless_storage(given: object) -> None:
+    """`storage=` must be a ready store (engine.ports.storage.Storage), not its location."""
+    missing = [part for part in STORAGE_PARTS if not hasattr(given, part)]
+    if missing:
+        raise InvalidInput(
+            f"storage= must be an opened Storage (engine.extend.Storage), not a "
+            f"{type(given).__name__} (it has no {', '.join(missing)}); give a database's "
+            "path or URL as db= instead"
+        )
+
+
+# What every Storage holds: a value without them is no store (a path, a URL, a connection).
+STORAGE_PARTS = ("schedules", "runs", "fire_queue", "leases", "audit", "atomic", "close")
 
 
 def _open_store(config: EngineConfig) -> Storage:

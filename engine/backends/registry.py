@@ -192,22 +192,29 @@ def _dist(dist: object) -> str:
     return "an unknown distribution" if name is None else f"{name} {getattr(dist, 'version', '')}"
 
 
+NAME_MAX = 255  # bytes in one file name (Linux and macOS file systems)
+
+
 def parse_database(text: str | Path | Database) -> Database:
     """A --db value or setting as a Database (see the module's docstring). ValueError, saying
     what is allowed and never showing a password, for one that names no known backend."""
     if isinstance(text, Database):
         return text
-    if isinstance(text, Path):
-        return Database.file(text)
-    value = text.strip()
+    if not isinstance(text, str | Path):
+        raise TypeError(f"a file path or a URL, not {type(text).__name__}")
+    value = str(text) if isinstance(text, Path) else text.strip()
     if not value:
-        raise ValueError("an empty database: give a file path or a postgresql:// URL")
+        raise ValueError("a file path or a postgresql:// URL, not an empty value")
+    if "\x00" in value:
+        raise ValueError("a file path or a URL without a NUL character")
+    if isinstance(text, Path):
+        return _checked_file(Database.file(text))
     refuse_keyword_string(value)
     scheme = url_scheme(value)
     if scheme is None:
-        return Database.file(Path(value))
+        return _checked_file(Database.file(Path(value)))
     if scheme == SQLITE:
-        return Database.file(sqlite_file(value), value)
+        return _checked_file(Database.file(sqlite_file(value), value))
     try:
         backend = backend_for(scheme)
     except InvalidInput as exc:
@@ -226,12 +233,31 @@ def parse_database(text: str | Path | Database) -> Database:
 use_parser(parse_database)
 
 
+def _checked_file(database: Database) -> Database:
+    """A SQLite database that is a file Vortos can name: not SQLite's in-memory one (each
+    connection would see another, empty database), no NUL, each name within the system's
+    limit."""
+    path = database.path
+    assert path is not None
+    if str(path) == ":memory:":
+        raise ValueError(
+            "a file: ':memory:' is SQLite's in-memory database, which every connection sees "
+            "empty (for a file of that name, write ./:memory:)"
+        )
+    if "\x00" in str(path):
+        raise ValueError("a file path without a NUL character")
+    if any(len(part.encode()) > NAME_MAX for part in path.parts):
+        raise ValueError(f"a file path whose every name is at most {NAME_MAX} bytes")
+    return database
+
+
 def database_of(db: str | Path | Database) -> Database:
     """`db` parsed, InvalidInput (exit 2 in the CLI) when it names no known backend."""
     try:
         return parse_database(db)
-    except ValueError as exc:
-        raise InvalidInput(f"database {shown(db)!r} is refused: it must be {exc}") from None
+    except (ValueError, TypeError) as exc:
+        named = shown(db) if isinstance(db, str | Path) else type(db).__name__
+        raise InvalidInput(f"database {named!r} is refused: it must be {exc}") from None
 
 
 def backend_of(database: Database) -> Backend:

@@ -149,6 +149,9 @@ OPERATIONS: dict[str, Handler] = {
 
 def _route(request: Mapping[str, Any]) -> tuple[Handler, Args]:
     """The handler and arguments of a request, or the error that says what is wrong."""
+    stray = sorted(set(request) - {"v", "op", "args"})
+    if stray:  # a request never says who sends it: an "actor" here is refused, not ignored
+        raise InvalidInput(f"a request holds v, op and args only, not {stray[0]!r}")
     version = request.get("v")
     if type(version) is not int or version != VERSION:  # not True, not 1.0
         raise ProtocolError(

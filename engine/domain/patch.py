@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from typing import Any, TypeVar
 
 from engine.domain.errors import InvalidInput
@@ -67,9 +68,73 @@ class SchedulePatch:
     backoff_ms: int | None = None
     backoff_cap_ms: int | None = None
 
+    def __post_init__(self) -> None:
+        # Python callers may pass anything: each field is refused by name when it is not
+        # what it says (a True stored as max_attempts printed "True attempt(s)"), and an
+        # enum's text ("each") is taken as the enum.
+        for name, want in _KINDS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(want, type) and issubclass(want, Enum):
+                object.__setattr__(self, name, _member(name, want, value))
+            elif not _fits(value, want):
+                raise InvalidInput(
+                    f"{name}= must be {_WHAT[want]}, not {type(value).__name__} {value!r}"
+                )
+        if self.metadata is not None and not all(
+            isinstance(k, str) and (v is None or isinstance(v, str))
+            for k, v in self.metadata.items()
+        ):
+            raise InvalidInput("metadata= must map text keys to text (None removes a key)")
+
     def given(self) -> list[str]:
         """The names of the fields this patch sets."""
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
+
+
+_KINDS: dict[str, Any] = {
+    "command": str,
+    "cron": str,
+    "every_ms": int,
+    "start_ms": int,
+    "at_ms": int,
+    "dst_repeated": RepeatedHour,
+    "dst_missing": MissingHour,
+    "payload": Mapping,
+    "timezone": str,
+    "misfire": MisfireKind,
+    "catch_up_cap": int,
+    "max_age_ms": int,
+    "grace_ms": int,
+    "overlap": OverlapPolicy,
+    "jitter_ms": int,
+    "sensitive": bool,
+    "metadata": Mapping,
+    "max_attempts": int,
+    "backoff_ms": int,
+    "backoff_cap_ms": int,
+}
+_WHAT: dict[Any, str] = {
+    str: "text",
+    int: "a whole number",
+    bool: "True or False",
+    Mapping: "a mapping",
+}
+
+
+def _fits(value: object, want: Any) -> bool:
+    if want is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, want)
+
+
+def _member(name: str, kind: type[Enum], value: object) -> Enum:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in kind)
+        raise InvalidInput(f"{name}= is {value!r}: one of {allowed}") from None
 
 
 def new_trigger(

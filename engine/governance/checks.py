@@ -66,7 +66,7 @@ class _Named:
 
 def _upgrade(ctx: DoctorContext) -> str:
     """The command that creates or upgrades the schema of the doctor's database."""
-    return "`vortos db init`" if database_of(ctx.db).is_file else "`vortos db migrate --db URL`"
+    return "`vortos db init`" if database_of(ctx.db).is_file else "`vortos --db URL db migrate`"
 
 
 def _some(names: list[str]) -> str:

@@ -309,6 +309,11 @@ class ServiceCore:
 
         Without `expected_version` the patch applies to the schedule as it is when it is
         made: a change another operator commits in between is kept, not overwritten."""
+        if not isinstance(changes, SchedulePatch):
+            raise InvalidInput(
+                f"changes= must be a SchedulePatch (engine.domain.patch), not "
+                f"{type(changes).__name__}"
+            )
         self._authorize(actor, Operation.UPDATE, tenant)
         for _ in range(PATCH_TRIES - 1):
             current = self._current(name, tenant, expected_version)
@@ -508,6 +513,9 @@ class ServiceCore:
         return replace(spec, sensitive=True)
 
     def _authorize(self, actor: str, operation: Operation, tenant: str | None) -> None:
+        if not isinstance(actor, str) or not actor.strip():
+            # Every change is audited as someone's: trusted code names itself too.
+            raise InvalidInput("actor= must name who makes the change (e.g. actor='deploy')")
         _valid_tenant(tenant)
         if self.access is not None:
             self.access.authorize(actor, operation, tenant)

@@ -225,7 +225,10 @@ def edit_patch(words: Sequence[str], zone: str) -> SchedulePatch:
     without an offset are read in `zone` (or a --tz given). InvalidInput says what is wrong."""
     for word in words:
         if word.split("=", 1)[0] in NOT_IN_THE_CONSOLE:
-            raise InvalidInput(f"{word}: the console edits the schedule you selected, as seen")
+            raise InvalidInput(
+                f"{word} is not taken here: the console edits the schedule you selected, at "
+                "the version you saw"
+            )
     edit_command = typing.cast("Any", typer.main.get_command(app)).get_command(None, "edit")
     try:
         parsed = edit_command.make_context("edit", ["-", *words]).params

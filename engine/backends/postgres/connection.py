@@ -41,7 +41,7 @@ POOL_MAX = 16
 # A connection checked out by a thread is held while the thread lives; more threads than this
 # wait up to the timeout for one (a clear error, not a hang).
 POOL_TIMEOUT_S = 30.0
-MIGRATE_HINT = "run `vortos db migrate --db URL` to create or upgrade it"
+MIGRATE_HINT = "run `vortos --db URL db migrate` to create or upgrade it"
 
 Row = tuple[Any, ...]
 

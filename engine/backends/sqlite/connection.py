@@ -361,7 +361,7 @@ def inspect_path(path: Path, *, create: bool) -> bool:
     if not path.exists():
         if not create:
             raise StorageError(
-                f"no database at {path}: create it with `vortos db init --db {path}` "
+                f"no database at {path}: create it with `vortos --db {path} db init` "
                 "(or add a schedule, which creates it)"
             )
         parent = path.parent if str(path.parent) else Path(".")
@@ -594,7 +594,7 @@ def _create_or_check(conn: apsw.Connection, path: Path, *, write: bool) -> bool:
                 "Vortos will not touch it: point --db at another file",
             )
         if not write:
-            raise StorageError(f"database {path} is empty: run `vortos db init --db {path}`")
+            raise StorageError(f"database {path} is empty: run `vortos --db {path} db init`")
         conn.execute(schema_sql())
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -610,7 +610,7 @@ def _create_or_check(conn: apsw.Connection, path: Path, *, write: bool) -> bool:
         if not write:
             raise StorageError(
                 f"database {path} has schema version {version}; this Vortos needs "
-                f"{SCHEMA_VERSION}: run `vortos db init --db {path}` to upgrade it in place"
+                f"{SCHEMA_VERSION}: run `vortos --db {path} db init` to upgrade it in place"
             )
         _migrate(conn, version, MIGRATIONS, SCHEMA_VERSION)
     return False
