@@ -75,7 +75,7 @@ from engine import (
     open_read_model,
 )
 from engine.backends.codec import RUN_COLUMNS, SCHEDULE_COLUMNS, schedule_values
-from engine.backends.sql_read_model import DUE
+from engine.backends.sql.read_model import DUE
 from engine.backends.sqlite.connection import connect, schema_sql
 from engine.backends.sqlite.read_model import _RECENT
 from engine.domain.slots import slot_key

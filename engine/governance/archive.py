@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from engine.backends.audit import Anchor, SqlAuditLog, anchor_message
 from engine.backends.sql import SqlPool
+from engine.backends.sql.audit import Anchor, SqlAuditLog, anchor_message
 from engine.domain.audit import (
     CHECKPOINT_EVERY,
     START,

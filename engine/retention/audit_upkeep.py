@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from engine.backends.audit import SqlAuditLog
+from engine.backends.sql.audit import SqlAuditLog
 from engine.commands.context import FireContext, PermanentFailure
 from engine.commands.decorators import SOURCE_KEY, StaticSchedule
 from engine.commands.registry import Command, CommandRegistry, command_from

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from engine.commands import CommandRegistry
 from engine.domain.access import Operation
+from engine.domain.approvals import DEFAULT_APPROVAL_TTL_MS
 from engine.domain.audit import AuditEvent
 from engine.domain.clock import Clock
 from engine.domain.control_chars import refuse_control_characters
@@ -52,8 +53,10 @@ class RetentionAdmin(ServiceCore):
         clock: Clock,
         commands: CommandRegistry,
         access: AccessControl | None = None,
+        *,
+        approval_ttl_ms: int = DEFAULT_APPROVAL_TTL_MS,
     ) -> None:
-        super().__init__(storage, clock, commands, access)
+        super().__init__(storage, clock, commands, access, approval_ttl_ms=approval_ttl_ms)
         # The built-in sweeper command of this registry prunes this engine's database.
         attach_sweeper(commands, storage, clock)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.backends.diagnostics import store_counts
+from engine.backends.sql.diagnostics import store_counts
 from engine.ports.lease import LEADER_LEASE
 from engine.service.core import ServiceCore
 

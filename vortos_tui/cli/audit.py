@@ -11,7 +11,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from engine.backends.audit import SqlAuditLog
+from engine.backends.sql.audit import SqlAuditLog
 from engine.control import RemoteService
 from engine.domain.audit import ChainPoint, ChainProblem, KeyRing, parse_point, summary
 from engine.domain.audit_keys import KeyKind
