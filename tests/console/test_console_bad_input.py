@@ -52,7 +52,7 @@ def test_attaching_to_a_missing_database_says_how_to_create_one(tmp_path: Path) 
     result = run_cli("tui", "--attach", "--db", str(db))
     assert result.code == 1
     assert "no database at" in result.stderr
-    assert "vortos db init" in result.stderr
+    assert f"vortos --db {db} db init" in result.stderr
     assert not db.exists()
 
 

@@ -150,7 +150,7 @@ def test_a_dropped_table_fails_storage_reachable(site: PgSite) -> None:
     assert "UndefinedTable" in problems["approvals"]
     finding = site.findings()["storage.reachable"]
     assert finding.status is Status.FAIL
-    assert "vortos db migrate" in finding.remediation
+    assert "vortos --db URL db migrate" in finding.remediation
 
 
 @pytest.mark.parametrize("version", [SCHEMA_VERSION - 1, SCHEMA_VERSION + 1])

@@ -166,7 +166,7 @@ def test_a_change_without_the_shared_audit_key_is_refused_naming_the_setting(
 def test_a_server_without_the_schema_names_vortos_db_migrate(empty_schema: str) -> None:
     for args in (("schedule", "list"), ("run",), ("db", "info")):
         result = vortos(empty_schema, *args, env=KEY)
-        assert_one_clear_line(result, "no Vortos schema", "vortos db migrate")
+        assert_one_clear_line(result, "no Vortos schema", "vortos --db URL db migrate")
     assert tables_in(empty_schema) == []
 
 
@@ -217,7 +217,7 @@ def test_an_old_schema_version_names_vortos_db_migrate(migrated: str) -> None:
 
     result = vortos(migrated, "schedule", "list")
 
-    assert_one_clear_line(result, "version 0", "vortos db migrate")
+    assert_one_clear_line(result, "version 0", "vortos --db URL db migrate")
 
 
 def test_nodes_starting_at_once_on_a_new_schema_all_run(migrated: str, tmp_path: Path) -> None:

@@ -1229,7 +1229,7 @@ def test_reading_a_postgres_schema_that_is_not_vortos_raises_storage_error_sayin
         try:
             for message in expect_storage_error(model, url):
                 assert "no Vortos schema" in message
-                assert "vortos db migrate" in message
+                assert "vortos --db URL db migrate" in message
         finally:
             read(model.close())
 
