@@ -180,9 +180,7 @@ def test_three_nodes_fire_every_slot_once_while_the_leader_is_killed_every_3_s(
     url: str, reader: Reader, tmp_path: Path
 ) -> None:
     schedules = 100
-    # Far enough ahead that creating the schedules (100 signed audit entries, on a loaded
-    # machine seconds) ends before the first slot: else that slot is never one.
-    anchor = (reader.now_ms() // 1000 + 8) * 1000
+    anchor = (reader.now_ms() // 1000 + 2) * 1000
     create_schedules(url, schedules, anchor)
     chooser = random.Random(7)
     nodes = [node(url, f"n{i}-g0", tmp_path) for i in range(3)]
@@ -263,9 +261,7 @@ def test_a_leader_whose_connections_are_cut_stops_before_its_lease_can_be_taken(
     url: str, reader: Reader, tmp_path: Path
 ) -> None:
     schedules = 20
-    # Far enough ahead that creating the schedules (100 signed audit entries, on a loaded
-    # machine seconds) ends before the first slot: else that slot is never one.
-    anchor = (reader.now_ms() // 1000 + 8) * 1000
+    anchor = (reader.now_ms() // 1000 + 2) * 1000
     create_schedules(url, schedules, anchor)
     roles = [NodeRole(reader, url) for _ in range(2)]
     nodes = [node(role.url, f"n{i}", tmp_path) for i, role in enumerate(roles)]
@@ -333,9 +329,7 @@ def test_four_shards_on_three_nodes_each_have_one_leader_and_move_when_a_node_di
 ) -> None:
     schedules = 40
     shards = 4
-    # Far enough ahead that creating the schedules (100 signed audit entries, on a loaded
-    # machine seconds) ends before the first slot: else that slot is never one.
-    anchor = (reader.now_ms() // 1000 + 8) * 1000
+    anchor = (reader.now_ms() // 1000 + 2) * 1000
     create_schedules(url, schedules, anchor)
     nodes = [node(url, f"n{i}", tmp_path, "--shards", str(shards)) for i in range(3)]
     try:
