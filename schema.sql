@@ -43,6 +43,8 @@ CREATE TABLE schedules (
     -- ... and an operator's pause or resume that outlives deploys until cleared:
     -- JSON {state, by, at, note}, or NULL.
     override     TEXT,
+    -- How long one attempt of its command may run (NULL: the command's own limit, if any).
+    timeout_ms   INTEGER,
     UNIQUE (tenant, name)
 );
 
@@ -73,7 +75,7 @@ CREATE TABLE runs (
     state         TEXT NOT NULL
                   CHECK (state = 'dispatched' OR state = 'running' OR state = 'completed'
                          OR state = 'failed' OR state = 'dead_lettered' OR state = 'skipped'
-                         OR state = 'cancelled'),
+                         OR state = 'cancelled' OR state = 'timed_out'),
     dispatched_at INTEGER NOT NULL,
     node_id       TEXT NOT NULL,
     attempts      INTEGER NOT NULL DEFAULT 0,
@@ -97,17 +99,21 @@ CREATE INDEX runs_by_schedule ON runs (schedule_id, slot_at);
 
 -- The store, not only the code, enforces the run life cycle (see engine.domain.run):
 -- dispatched -> running | skipped | cancelled | dead_lettered;
--- running -> completed | failed | dead_lettered | cancelled | dispatched (retry, release)
+-- running -> completed | failed | dead_lettered | cancelled | timed_out
+--            | dispatched (retry, release)
 --            | skipped (an abandoned attempt of a schedule paused meanwhile);
--- failed | dead_lettered -> dispatched (requeue). completed, skipped, cancelled are final.
+-- failed | dead_lettered | timed_out -> dispatched (requeue). completed, skipped, cancelled
+-- are final.
 CREATE TRIGGER runs_legal_transition BEFORE UPDATE OF state ON runs
 WHEN NEW.state <> OLD.state AND NOT (
        (OLD.state = 'dispatched' AND (NEW.state = 'running' OR NEW.state = 'skipped'
                                       OR NEW.state = 'cancelled' OR NEW.state = 'dead_lettered'))
     OR (OLD.state = 'running' AND (NEW.state = 'completed' OR NEW.state = 'failed'
                                    OR NEW.state = 'dead_lettered' OR NEW.state = 'cancelled'
-                                   OR NEW.state = 'dispatched' OR NEW.state = 'skipped'))
-    OR ((OLD.state = 'failed' OR OLD.state = 'dead_lettered') AND NEW.state = 'dispatched')
+                                   OR NEW.state = 'dispatched' OR NEW.state = 'skipped'
+                                   OR NEW.state = 'timed_out'))
+    OR ((OLD.state = 'failed' OR OLD.state = 'dead_lettered' OR OLD.state = 'timed_out')
+        AND NEW.state = 'dispatched')
 )
 BEGIN
     SELECT RAISE(ABORT, 'illegal run state transition');
@@ -345,3 +351,13 @@ CREATE TABLE plugin_health (
     reported_at   INTEGER NOT NULL,
     PRIMARY KEY (node_id, port, plugin)
 ) WITHOUT ROWID;
+
+-- The nodes of a deployment, each beating while it runs (engine.runtime.nodes): lease shards
+-- are shared out among the live ones, and a node started with another shard count is refused.
+CREATE TABLE nodes (
+    node_id      TEXT PRIMARY KEY,
+    shards       INTEGER NOT NULL,  -- the shard count it runs with
+    started_at   INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL   -- live until then unless it beats again
+);

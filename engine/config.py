@@ -189,6 +189,13 @@ SETTINGS: tuple[Setting, ...] = (
         redact_url,
         secret=True,
     ),
+    Setting(
+        "redis_prefix",
+        None,
+        _text,
+        "the prefix of this deployment's Redis keys (default: derived from the database's "
+        "identity, so deployments sharing one Redis never share a key)",
+    ),
     Setting("shards", 1, _integer(1, 64), "lease shards: leaders dispatching disjoint sets"),
     Setting("lease_ttl", 15_000, _duration(1_000, 600_000), "leader lease time to live", _ms),
     # The daemon's DEFAULT_LOOKAHEAD_MS (a test keeps them equal; not imported, so reading the
@@ -198,6 +205,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("consumers", 4, _integer(1, 256), "consumer threads per process"),
     Setting("claim_ttl", 60_000, _duration(1_000, 86_400_000), "a claim's time to live", _ms),
     Setting("grace", 30_000, _duration(0, 3_600_000), "time to finish at shutdown", _ms),
+    Setting(
+        "consumer_deaths",
+        10,
+        _integer(1, 1_000),
+        "times a fire's consumer may die under it (killed, crashed, cut off) before the fire is "
+        "dead-lettered; counted apart from the command's failures",
+    ),
     Setting("approval_ttl", 86_400_000, _duration(1_000, 30 * 86_400_000), "four-eyes TTL", _ms),
     Setting("control_socket", None, _path, "serve (run) or use (CLI) this control socket"),
     Setting("control_group", None, _text, "the group that may use the control socket"),

@@ -25,6 +25,9 @@ class SettingValues:
     lease_driver: str
     # the Redis server of lease_driver = redis
     redis_url: str | None
+    # the prefix of this deployment's Redis keys (default: derived from the database's identity, so
+    # deployments sharing one Redis never share a key)
+    redis_prefix: str | None
     # lease shards: leaders dispatching disjoint sets
     shards: int
     # leader lease time to live
@@ -39,6 +42,9 @@ class SettingValues:
     claim_ttl: int
     # time to finish at shutdown
     grace: int
+    # times a fire's consumer may die under it (killed, crashed, cut off) before the fire is dead-
+    # lettered; counted apart from the command's failures
+    consumer_deaths: int
     # four-eyes TTL
     approval_ttl: int
     # serve (run) or use (CLI) this control socket

@@ -17,6 +17,8 @@ class RunState(StrEnum):
       requeue` brings it back
     - skipped: the overlap policy, or a pause or delete of its schedule, kept it from running
     - cancelled: cancel-other stopped it, or a newer fire superseded it
+    - timed_out: its last attempt outran its time limit and no retry was left; `vortos queue
+      requeue` brings it back
     """
 
     DISPATCHED = "dispatched"
@@ -26,6 +28,7 @@ class RunState(StrEnum):
     DEAD_LETTERED = "dead_lettered"
     SKIPPED = "skipped"
     CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
 
 
 class RunKind(StrEnum):
@@ -41,6 +44,7 @@ TERMINAL_STATES = frozenset(
         RunState.DEAD_LETTERED,
         RunState.SKIPPED,
         RunState.CANCELLED,
+        RunState.TIMED_OUT,
     }
 )
 
@@ -59,10 +63,12 @@ LEGAL_TRANSITIONS: dict[RunState, frozenset[RunState]] = {
             RunState.CANCELLED,
             RunState.DISPATCHED,  # a retry, a reschedule or a release
             RunState.SKIPPED,  # an abandoned attempt whose schedule was paused meanwhile
+            RunState.TIMED_OUT,  # outran its time limit, no retry left
         }
     ),
     RunState.FAILED: frozenset({RunState.DISPATCHED}),  # requeued by an operator
     RunState.DEAD_LETTERED: frozenset({RunState.DISPATCHED}),
+    RunState.TIMED_OUT: frozenset({RunState.DISPATCHED}),
     RunState.COMPLETED: frozenset(),
     RunState.SKIPPED: frozenset(),
     RunState.CANCELLED: frozenset(),

@@ -33,7 +33,7 @@ try:  # the `postgres` extra
 except ImportError:  # pragma: no cover - exercised on machines without the extra
     psycopg = None  # type: ignore[assignment]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # Serialises `vortos db migrate` runs (and first-time creators) on one database.
 MIGRATE_LOCK = 0x566F7274  # "Vort"
 CONNECT_TIMEOUT_S = 10

@@ -84,4 +84,34 @@ CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
     4: """
 ALTER TABLE schedules DROP CONSTRAINT IF EXISTS schedules_trigger_kind_check;
 """,
+    # Command time limits per schedule, the `timed_out` run state, and the node registry
+    # that shares lease shards out (engine.runtime.nodes).
+    5: """
+ALTER TABLE schedules ADD COLUMN timeout_ms BIGINT;
+ALTER TABLE runs DROP CONSTRAINT runs_state_check;
+ALTER TABLE runs ADD CONSTRAINT runs_state_check
+    CHECK (state IN ('dispatched', 'running', 'completed', 'failed',
+                     'dead_lettered', 'skipped', 'cancelled', 'timed_out'));
+CREATE OR REPLACE FUNCTION vortos_runs_legal_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.state <> OLD.state AND NOT (
+           (OLD.state = 'dispatched' AND NEW.state IN ('running', 'skipped', 'cancelled',
+                                                       'dead_lettered'))
+        OR (OLD.state = 'running' AND NEW.state IN ('completed', 'failed', 'dead_lettered',
+                                                    'cancelled', 'dispatched', 'skipped',
+                                                    'timed_out'))
+        OR (OLD.state IN ('failed', 'dead_lettered', 'timed_out') AND NEW.state = 'dispatched')
+    ) THEN
+        RAISE EXCEPTION 'illegal run state transition' USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TABLE nodes (
+    node_id      TEXT PRIMARY KEY,
+    shards       INTEGER NOT NULL,
+    started_at   BIGINT NOT NULL,
+    heartbeat_at BIGINT NOT NULL,
+    expires_at   BIGINT NOT NULL
+);
+""",
 }

@@ -37,6 +37,8 @@ CREATE TABLE schedules (
     -- The lease shard the schedule belongs to when leaders are sharded: a stable hash of its
     -- id (CRC-32, computed by the engine), taken modulo the number of shards at dispatch.
     shard_key    BIGINT NOT NULL DEFAULT 0,
+    -- How long one attempt of its command may run (NULL: the command's own limit, if any).
+    timeout_ms   BIGINT,
     UNIQUE (tenant, name)
 );
 
@@ -67,7 +69,7 @@ CREATE TABLE runs (
     kind          TEXT NOT NULL CHECK (kind IN ('scheduled', 'manual', 'backfill')),
     state         TEXT NOT NULL
                   CHECK (state IN ('dispatched', 'running', 'completed', 'failed',
-                                   'dead_lettered', 'skipped', 'cancelled')),
+                                   'dead_lettered', 'skipped', 'cancelled', 'timed_out')),
     dispatched_at BIGINT NOT NULL,
     node_id       TEXT NOT NULL,
     attempts      INTEGER NOT NULL DEFAULT 0,
@@ -92,8 +94,9 @@ BEGIN
            (OLD.state = 'dispatched' AND NEW.state IN ('running', 'skipped', 'cancelled',
                                                        'dead_lettered'))
         OR (OLD.state = 'running' AND NEW.state IN ('completed', 'failed', 'dead_lettered',
-                                                    'cancelled', 'dispatched', 'skipped'))
-        OR (OLD.state IN ('failed', 'dead_lettered') AND NEW.state = 'dispatched')
+                                                    'cancelled', 'dispatched', 'skipped',
+                                                    'timed_out'))
+        OR (OLD.state IN ('failed', 'dead_lettered', 'timed_out') AND NEW.state = 'dispatched')
     ) THEN
         RAISE EXCEPTION 'illegal run state transition' USING ERRCODE = 'check_violation';
     END IF;
@@ -327,3 +330,13 @@ CREATE TRIGGER schedules_changed AFTER INSERT OR UPDATE OR DELETE ON schedules
     FOR EACH STATEMENT EXECUTE FUNCTION vortos_notify_change();
 CREATE TRIGGER fire_queue_changed AFTER INSERT OR UPDATE OF available_at ON fire_queue
     FOR EACH STATEMENT EXECUTE FUNCTION vortos_notify_change();
+
+-- The nodes of a deployment, each beating while it runs (engine.runtime.nodes): lease shards
+-- are shared out among the live ones, and a node started with another shard count is refused.
+CREATE TABLE nodes (
+    node_id      TEXT PRIMARY KEY,
+    shards       INTEGER NOT NULL,  -- the shard count it runs with
+    started_at   BIGINT NOT NULL,
+    heartbeat_at BIGINT NOT NULL,
+    expires_at   BIGINT NOT NULL    -- live until then unless it beats again
+);

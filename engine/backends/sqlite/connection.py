@@ -24,7 +24,7 @@ from engine.domain.errors import DatabaseUnreadable, StorageError, VortosError
 from engine.file_modes import create_private, current_file_access
 
 APPLICATION_ID = 0x566F7274  # "Vort"
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 5000
 CACHE_KIB = 64 * 1024
@@ -336,6 +336,93 @@ CREATE INDEX schedules_due_by_tenant ON schedules (tenant, next_fire_at)
 -- here, the active ones are the rest. Partial, so it never serves (nor slows) an active-only
 -- query such as the due scan, and dispatch never writes it.
 CREATE INDEX schedules_inactive ON schedules (status) WHERE status <> 'active';
+""",
+    # Issue 19: per-schedule command time limits, the `timed_out` run state (the runs table
+    # rebuilt: SQLite cannot change a CHECK in place; columns named, an upgraded file added
+    # them in its own order), and the node registry that shares lease shards out.
+    13: """
+ALTER TABLE schedules ADD COLUMN timeout_ms INTEGER;
+CREATE TABLE runs_rebuilt (
+    id            INTEGER PRIMARY KEY,
+    tenant        TEXT NOT NULL,
+    schedule_id   TEXT NOT NULL,
+    schedule_name TEXT NOT NULL,
+    slot_key      TEXT NOT NULL,
+    slot_at       INTEGER NOT NULL,
+    due_at        INTEGER NOT NULL,
+    kind          TEXT NOT NULL
+                  CHECK (kind = 'scheduled' OR kind = 'manual' OR kind = 'backfill'),
+    state         TEXT NOT NULL
+                  CHECK (state = 'dispatched' OR state = 'running' OR state = 'completed'
+                         OR state = 'failed' OR state = 'dead_lettered' OR state = 'skipped'
+                         OR state = 'cancelled' OR state = 'timed_out'),
+    dispatched_at INTEGER NOT NULL,
+    node_id       TEXT NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    finished_at   INTEGER,
+    error         TEXT,
+    started_at    INTEGER,                     -- the latest attempt's start
+    consumer      TEXT,                        -- who ran (or runs) the latest attempt
+    exit_code     INTEGER,                     -- process commands
+    output        TEXT,                        -- tail of what the command printed or returned
+    abandoned     INTEGER NOT NULL DEFAULT 0,  -- attempts whose consumer vanished
+    -- The slot key alone decides "already dispatched": unique per tenant. slot_at is a function
+    -- of the key (the key spells the instant), so leading with it changes nothing about what is
+    -- unique, and makes every dispatch append at the end of this index instead of writing one
+    -- random page per fire.
+    UNIQUE (slot_at, slot_key, tenant)
+);
+INSERT INTO runs_rebuilt (
+    id, tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, state,
+    dispatched_at, node_id, attempts, finished_at, error, started_at, consumer, exit_code,
+    output, abandoned
+)
+SELECT
+    id, tenant, schedule_id, schedule_name, slot_key, slot_at, due_at, kind, state,
+    dispatched_at, node_id, attempts, finished_at, error, started_at, consumer, exit_code,
+    output, abandoned
+FROM runs;
+DROP TABLE runs;
+ALTER TABLE runs_rebuilt RENAME TO runs;
+-- A schedule's history, newest first, and its last slot. The ledger as a whole is read in id
+-- order (the order of dispatch), so it needs no index on time: every index costs each dispatch.
+CREATE INDEX runs_by_schedule ON runs (schedule_id, slot_at);
+
+-- The store, not only the code, enforces the run life cycle (see engine.domain.run):
+-- dispatched -> running | skipped | cancelled | dead_lettered;
+-- running -> completed | failed | dead_lettered | cancelled | timed_out
+--            | dispatched (retry, release)
+--            | skipped (an abandoned attempt of a schedule paused meanwhile);
+-- failed | dead_lettered | timed_out -> dispatched (requeue). completed, skipped, cancelled
+-- are final.
+CREATE TRIGGER runs_legal_transition BEFORE UPDATE OF state ON runs
+WHEN NEW.state <> OLD.state AND NOT (
+       (OLD.state = 'dispatched' AND (NEW.state = 'running' OR NEW.state = 'skipped'
+                                      OR NEW.state = 'cancelled' OR NEW.state = 'dead_lettered'))
+    OR (OLD.state = 'running' AND (NEW.state = 'completed' OR NEW.state = 'failed'
+                                   OR NEW.state = 'dead_lettered' OR NEW.state = 'cancelled'
+                                   OR NEW.state = 'dispatched' OR NEW.state = 'skipped'
+                                   OR NEW.state = 'timed_out'))
+    OR ((OLD.state = 'failed' OR OLD.state = 'dead_lettered' OR OLD.state = 'timed_out')
+        AND NEW.state = 'dispatched')
+)
+BEGIN
+    SELECT RAISE(ABORT, 'illegal run state transition');
+END;
+CREATE TRIGGER runs_id_floor AFTER DELETE ON runs
+WHEN OLD.id > coalesce((SELECT floor FROM run_id_floor), 0)
+BEGIN
+    INSERT OR REPLACE INTO run_id_floor (one, floor) VALUES (1, OLD.id);
+END;
+-- The nodes of a deployment, each beating while it runs (engine.runtime.nodes): lease shards
+-- are shared out among the live ones, and a node started with another shard count is refused.
+CREATE TABLE nodes (
+    node_id      TEXT PRIMARY KEY,
+    shards       INTEGER NOT NULL,  -- the shard count it runs with
+    started_at   INTEGER NOT NULL,
+    heartbeat_at INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL   -- live until then unless it beats again
+);
 """,
 }
 
