@@ -122,9 +122,12 @@ class SchedulerDaemon:
         on_dispatch: Callable[[DispatchReport], None] | None = None,
         observer: Observer | None = None,
         leases: LeasePort | None = None,
+        wants_lease: Callable[[], bool] | None = None,
     ) -> None:
         """`leases`: the lease driver to lead with (default: the store's own row); whatever it
-        is, it keeps the store's lease row current, which dispatch fences on."""
+        is, it keeps the store's lease row current, which dispatch fences on. `wants_lease`:
+        asked before every step; while it says no the daemon does not try to lead, and a
+        leader gives its lease up (shards shared out among nodes: engine.runtime.nodes)."""
         if config.lease_ttl_ms < MIN_LEASE_TTL_MS:
             raise ValueError("the lease TTL must be at least 1s")
         if not 0 <= config.lookahead_ms <= MAX_LOOKAHEAD_MS:
@@ -138,6 +141,7 @@ class SchedulerDaemon:
         self._token = secrets.token_hex(16)
         self._on_dispatch = on_dispatch
         self._observer = observer or NULL_OBSERVER
+        self._wants_lease = wants_lease
         self._stop = threading.Event()
         self.leading = False
         self._last_renewed = 0
@@ -187,6 +191,10 @@ class SchedulerDaemon:
     def _step(self) -> float:
         now = self._clock.now_ms()
         ttl = self.config.lease_ttl_ms
+        if self._wants_lease is not None and not self._wants_lease():
+            if self.leading:
+                self.release()  # another node's share now: hand it over at once
+            return min(ttl // 3, 1_000) / 1000
         if not self.leading:
             return self._try_lead(now)
         if now - self._last_renewed >= ttl // 3 and not self._renew(now):
