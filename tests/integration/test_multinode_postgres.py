@@ -69,7 +69,14 @@ def reader(url: str) -> Iterator[Reader]:
     opened.close()
 
 
-def create_schedules(url: str, count: int, anchor_ms: int) -> None:
+def create_schedules(url: str, reader: Reader, count: int) -> dict[str, int]:
+    """`count` schedules on a 1 s grid; each one's first slot, as stored when it was made.
+
+    The grid's anchor is a moment ago, so each schedule starts at the first slot after its
+    creation: on a loaded machine making them outlasts any fixed head start, and an expected
+    window computed from one shared anchor would read a slot before a schedule existed as lost.
+    """
+    anchor_ms = (reader.now_ms() // 1000 - 1) * 1000
     with pg_engine(url) as engine:
         for i in range(count):
             engine.service.create(
@@ -84,6 +91,10 @@ def create_schedules(url: str, count: int, anchor_ms: int) -> None:
                 ),
                 actor="test",
             )
+    # Nothing dispatches yet (no node runs): each cursor is still the schedule's first slot.
+    return {
+        str(sid): int(first) for sid, first in reader.rows("SELECT id, next_slot_at FROM schedules")
+    }
 
 
 def node(url: str, name: str, log_dir: Path, *args: str) -> Daemon:
@@ -92,9 +103,13 @@ def node(url: str, name: str, log_dir: Path, *args: str) -> Daemon:
     return Daemon(url, name, log_dir, lease_ttl=f"{TTL_MS // 1000}s", args=args, env=pg_env())
 
 
-def assert_every_slot_once(reader: Reader, schedules: int, anchor: int, window_end: int) -> None:
-    """Every schedule has exactly the slots of the 1 s grid from `anchor` to `window_end`,
-    each dispatched once, each with its one fire."""
+def grid(first: int, window_end: int) -> set[int]:
+    return {first + k * SECOND_MS for k in range(max(0, (window_end - first) // SECOND_MS + 1))}
+
+
+def assert_every_slot_once(reader: Reader, firsts: dict[str, int], window_end: int) -> None:
+    """Every schedule has exactly the slots of its 1 s grid from its first slot to
+    `window_end`, each dispatched once, each with its one fire."""
     per_slot = reader.rows(
         "SELECT schedule_id, slot_at, count(*) FROM runs WHERE slot_at <= %s "
         "GROUP BY schedule_id, slot_at",
@@ -104,9 +119,12 @@ def assert_every_slot_once(reader: Reader, schedules: int, anchor: int, window_e
     by_schedule: dict[str, set[int]] = {}
     for sid, slot_at, _ in per_slot:
         by_schedule.setdefault(sid, set()).add(slot_at)
-    grid = {anchor + k * SECOND_MS for k in range((window_end - anchor) // SECOND_MS + 1)}
-    assert len(by_schedule) == schedules
-    missing = {sid: sorted(grid - slots)[:5] for sid, slots in by_schedule.items() if slots != grid}
+    expected = {sid: grid(first, window_end) for sid, first in firsts.items()}
+    missing = {
+        sid: sorted(want ^ by_schedule.get(sid, set()))[:5]
+        for sid, want in expected.items()
+        if by_schedule.get(sid, set()) != want
+    }
     assert not missing, f"slots lost or extra: {dict(list(missing.items())[:3])}"
     assert (
         reader.one(
@@ -117,8 +135,8 @@ def assert_every_slot_once(reader: Reader, schedules: int, anchor: int, window_e
     )
 
 
-def wait_for_window(reader: Reader, schedules: int, anchor: int, window_end: int) -> None:
-    expected = schedules * ((window_end - anchor) // SECOND_MS + 1)
+def wait_for_window(reader: Reader, firsts: dict[str, int], window_end: int) -> None:
+    expected = sum(len(grid(first, window_end)) for first in firsts.values())
     try:
         wait_for(
             lambda: (
@@ -131,7 +149,7 @@ def wait_for_window(reader: Reader, schedules: int, anchor: int, window_end: int
     except AssertionError:
         # Say which slots are missing and who leads now: a slot lost for good and a
         # dispatcher that is only behind look the same from the count alone.
-        assert_every_slot_once(reader, schedules, anchor, window_end)
+        assert_every_slot_once(reader, firsts, window_end)
         raise
 
 
@@ -180,8 +198,7 @@ def test_three_nodes_fire_every_slot_once_while_the_leader_is_killed_every_3_s(
     url: str, reader: Reader, tmp_path: Path
 ) -> None:
     schedules = 100
-    anchor = (reader.now_ms() // 1000 + 2) * 1000
-    create_schedules(url, schedules, anchor)
+    firsts = create_schedules(url, reader, schedules)
     chooser = random.Random(7)
     nodes = [node(url, f"n{i}-g0", tmp_path) for i in range(3)]
     failovers: list[int] = []
@@ -202,13 +219,13 @@ def test_three_nodes_fire_every_slot_once_while_the_leader_is_killed_every_3_s(
             nodes[index] = node(url, f"n{index}-g{generation}", tmp_path)
             failovers.append(failover(reader, killed_at, victim.node_id))
         window_end = reader.now_ms() - 1_000
-        wait_for_window(reader, schedules, anchor, window_end)
+        wait_for_window(reader, firsts, window_end)
         assert_executed_once_per_attempt(reader, window_end)
     finally:
         for n in nodes:
             n.terminate()
 
-    assert_every_slot_once(reader, schedules, anchor, window_end)
+    assert_every_slot_once(reader, firsts, window_end)
     assert len(failovers) >= 5, failovers
     assert max(failovers) < TTL_MS + 1_000, failovers
     leaders = {r[0] for r in reader.rows("SELECT DISTINCT node_id FROM runs")}
@@ -261,8 +278,7 @@ def test_a_leader_whose_connections_are_cut_stops_before_its_lease_can_be_taken(
     url: str, reader: Reader, tmp_path: Path
 ) -> None:
     schedules = 20
-    anchor = (reader.now_ms() // 1000 + 2) * 1000
-    create_schedules(url, schedules, anchor)
+    firsts = create_schedules(url, reader, schedules)
     roles = [NodeRole(reader, url) for _ in range(2)]
     nodes = [node(role.url, f"n{i}", tmp_path) for i, role in enumerate(roles)]
     try:
@@ -287,7 +303,7 @@ def test_a_leader_whose_connections_are_cut_stops_before_its_lease_can_be_taken(
         victim_role.let_back()
         time.sleep(3.0)
         window_end = reader.now_ms() - 1_000
-        wait_for_window(reader, schedules, anchor, window_end)
+        wait_for_window(reader, firsts, window_end)
         assert_executed_once_per_attempt(reader, window_end)
         assert victim.process.poll() is None, victim.log
         standby_first = reader.one(
@@ -300,7 +316,7 @@ def test_a_leader_whose_connections_are_cut_stops_before_its_lease_can_be_taken(
         for role in roles:
             role.drop()
 
-    assert_every_slot_once(reader, schedules, anchor, window_end)
+    assert_every_slot_once(reader, firsts, window_end)
     # In the order the ledger numbered them, every run the cut-off leader dispatched comes
     # before the first of its successor's: never two leaders at once.
     assert standby_first is not None
@@ -329,8 +345,7 @@ def test_four_shards_on_three_nodes_each_have_one_leader_and_move_when_a_node_di
 ) -> None:
     schedules = 40
     shards = 4
-    anchor = (reader.now_ms() // 1000 + 2) * 1000
-    create_schedules(url, schedules, anchor)
+    firsts = create_schedules(url, reader, schedules)
     nodes = [node(url, f"n{i}", tmp_path, "--shards", str(shards)) for i in range(3)]
     try:
         wait_for(
@@ -356,14 +371,14 @@ def test_four_shards_on_three_nodes_each_have_one_leader_and_move_when_a_node_di
         moved_within = reader.now_ms() - killed_at
         time.sleep(2.0)
         window_end = reader.now_ms() - 1_000
-        wait_for_window(reader, schedules, anchor, window_end)
+        wait_for_window(reader, firsts, window_end)
         assert_executed_once_per_attempt(reader, window_end)
     finally:
         for n in nodes:
             n.terminate()
 
     assert moved_within < TTL_MS + 1_000, moved_within
-    assert_every_slot_once(reader, schedules, anchor, window_end)
+    assert_every_slot_once(reader, firsts, window_end)
     # Each schedule's slots, per second, came from one node: never two leaders of one shard.
     split = reader.rows(
         "SELECT s.shard_key %% %s, r.dispatched_at / 1000, count(DISTINCT r.node_id) "
