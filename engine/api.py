@@ -137,12 +137,14 @@ class Engine:
         breaker_failures: int = DEFAULT_BREAKER_FAILURES,
         breaker_recovery_ms: int = DEFAULT_BREAKER_RECOVERY_MS,
         shard: tuple[int, int] | None = None,
+        wants_lease: Callable[[], bool] | None = None,
     ) -> SchedulerDaemon:
         """A scheduling daemon on this engine's store. `observer` receives what it does
         (engine.observability: metrics, spans); the dispatch circuit breaker opens after
         `breaker_failures` consecutive failed dispatch transactions and half-opens after
         `breaker_recovery_ms`. With `shard` (index, count) it leads that lease shard only
-        and dispatches only its schedules (PostgreSQL)."""
+        and dispatches only its schedules (PostgreSQL). `wants_lease`: asked before each step
+        whether to lead (lease shards shared out among nodes: engine.runtime.nodes)."""
         return SchedulerDaemon(
             self.storage,
             self.clock,
@@ -159,6 +161,7 @@ class Engine:
             on_dispatch=on_dispatch,
             observer=observer,
             leases=self.leases,
+            wants_lease=wants_lease,
         )
 
     def consumer(

@@ -10,6 +10,7 @@ from.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,20 @@ Parser = Callable[[Any], Any]
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("a non-empty text")
+    return value
+
+
+# A Redis key prefix goes verbatim into key names: no spaces, no control characters.
+REDIS_PREFIX = re.compile(r"[A-Za-z0-9_.:{}\-]{1,64}")
+REDIS_PREFIX_RULE = (
+    "1 to 64 letters, digits or _ . : - { } (e.g. vortos:prod:), or unset to derive one from "
+    "the database"
+)
+
+
+def _redis_prefix(value: Any) -> str:
+    if not isinstance(value, str) or not REDIS_PREFIX.fullmatch(value):
+        raise ValueError(REDIS_PREFIX_RULE)
     return value
 
 
@@ -192,7 +207,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "redis_prefix",
         None,
-        _text,
+        _redis_prefix,
         "the prefix of this deployment's Redis keys (default: derived from the database's "
         "identity, so deployments sharing one Redis never share a key)",
     ),

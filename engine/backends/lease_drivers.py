@@ -25,14 +25,16 @@ def lease_driver(
     clock: Clock,
     redis_url: str | None = None,
     *,
-    redis_prefix: str = "vortos:",
+    redis_prefix: str | None = None,
 ) -> LeasePort:
     """The lease port `name` names, over `storage` (whose row it mirrors into).
 
     "row" is `storage.leases` itself. The others open a connection of their own (an advisory
     session, a Redis client) that their `close()` ends; the caller closes them with the store.
     Raises InvalidInput for an unknown name or a driver the store cannot have, StorageError when
-    the server cannot be reached. Deployments sharing one Redis use a `redis_prefix` each.
+    the server cannot be reached. Deployments sharing one Redis use a `redis_prefix` each:
+    by default (None) `vortos:<deployment id>:`, derived from where the database lives
+    (engine.backends.deployment), so two databases never share a key by accident.
     """
     if name == "row":
         return storage.leases
@@ -62,5 +64,12 @@ def lease_driver(
                 f"lease_driver redis cannot mirror into {type(storage).__name__}'s lease row "
                 "(it has no mirror/unmirror); use lease_driver row"
             )
-        return MirroredLease(RedisLease(redis_url, clock, prefix=redis_prefix), row)
+        from engine.backends.deployment import deployment_id  # noqa: PLC0415
+        from engine.backends.deployment import redis_prefix as prefix_for  # noqa: PLC0415
+
+        deployment = deployment_id(storage)
+        prefix = prefix_for(redis_prefix, deployment)
+        return MirroredLease(
+            RedisLease(redis_url, clock, prefix=prefix, deployment=deployment or ""), row
+        )
     raise InvalidInput(f"unknown lease_driver {name!r}; choose one of {', '.join(LEASE_DRIVERS)}")

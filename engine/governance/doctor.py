@@ -25,6 +25,7 @@ from engine.governance.audit import ChainReport, verify
 from engine.governance.keys import KEY_ENV, KEY_FILE_ENV, key_source, load_keyring
 from engine.ports.diagnostics import Diagnostics
 from engine.ports.storage import Storage
+from engine.settings_values import SettingValues
 
 log = logging.getLogger("vortos.doctor")
 
@@ -76,6 +77,7 @@ class DoctorContext:
     plugins: Selection | None = None  # the plug-ins the settings select, loaded
     plugin_problem: str | None = None  # why they could not be loaded
     plugin_timeout_ms: int = 5_000
+    settings: SettingValues | None = None  # the effective settings (the lease driver's)
 
 
 class Check(Protocol):
@@ -273,6 +275,7 @@ def default_checks() -> list[Check]:
     # Imported here: the checks import this module's types.
     from engine.governance import checks as c  # noqa: PLC0415
     from engine.governance.anchor_checks import AnchorAge  # noqa: PLC0415
+    from engine.governance.cluster_checks import NodeShards, RedisDeployment  # noqa: PLC0415
     from engine.governance.plugin_checks import PluginsHealth, PluginsServing  # noqa: PLC0415
 
     return [
@@ -290,6 +293,8 @@ def default_checks() -> list[Check]:
         c.SensitiveApprovers(),
         c.LeaseProbe(),
         c.LeaseHolder(),
+        NodeShards(),
+        RedisDeployment(),
         c.QueueStall(),
         c.DeadLetters(),
         c.ConsumersAlive(),

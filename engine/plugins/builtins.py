@@ -33,9 +33,16 @@ def advisory_driver(context: PluginContext) -> LeasePort:
 
 
 def redis_driver(context: PluginContext) -> LeasePort:
-    """A Redis key on the redis_url setting, mirrored into the row (lease_driver = "redis")."""
-    redis_url = None if context.settings is None else context.settings.redis_url
-    return lease_driver("redis", _storage(context), context.clock, redis_url)
+    """A Redis key on the redis_url setting, mirrored into the row (lease_driver = "redis"),
+    under the redis_prefix setting (default: derived from the database)."""
+    settings = context.settings
+    return lease_driver(
+        "redis",
+        _storage(context),
+        context.clock,
+        None if settings is None else settings.redis_url,
+        redis_prefix=None if settings is None else settings.redis_prefix,
+    )
 
 
 def role_based_policy(context: PluginContext) -> Policy:

@@ -11,6 +11,7 @@ from engine.ports.diagnostics import Diagnostics
 from engine.ports.dispatch import ChangeFeed, DispatchPort
 from engine.ports.fire_queue import FireQueue
 from engine.ports.lease import LeasePort
+from engine.ports.nodes import NodeRegistry
 from engine.ports.plugin_state import PluginStateStore
 from engine.ports.policy import OperatorStore
 from engine.ports.retention import RetentionStore
@@ -55,6 +56,9 @@ class Storage(Protocol):
 
     @property
     def plugin_state(self) -> PluginStateStore: ...
+
+    @property
+    def nodes(self) -> NodeRegistry: ...
 
     def atomic(self) -> AbstractContextManager[None]:
         """One write transaction, on the calling thread, around every store call inside it:

@@ -357,6 +357,8 @@ def test_every_check_is_made_to_fail_by_some_test() -> None:
         "governance.operators",
         "audit.anchor_age",  # tests/integration/test_audit_anchors.py
         "clock.skew",  # tests/integration/test_doctor_postgres.py (PostgreSQL only)
+        "cluster.nodes",  # tests/integration/test_balanced_shards.py
+        "lease.redis_deployment",  # tests/integration/test_redis_prefix.py (Redis)
     }
     assert {c.check_id for c in default_checks()} - covered == set()
 

@@ -73,6 +73,7 @@ def run_doctor(cli: CliState) -> Report:
                 plugins=plugins,
                 plugin_problem=problem,
                 plugin_timeout_ms=cli.settings.plugin_timeout,
+                settings=cli.settings,
             ),
             checks,
         )

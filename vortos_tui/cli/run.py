@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -37,6 +38,7 @@ from engine.runtime.daemon import (
     MIN_LEASE_TTL_MS,
     SchedulerDaemon,
 )
+from engine.runtime.nodes import Membership
 from vortos_tui.cli.context import CliState, configured, open_to_serve, operator, state
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.doctor import run_doctor
@@ -216,12 +218,17 @@ def run(
     with contextlib.ExitStack() as serving:
         node_ = _start_node(serving, ctx, o, node, trace=trace)
         engine = node_.engine
+        # Refused beside live nodes of another --shards before anything is written; on a
+        # clean stop the others share this node's shards out at their next beat.
+        membership = Membership(engine.storage.nodes, engine.clock, node, o.shards, o.lease_ttl_ms)
+        membership.join()
+        serving.callback(membership.leave)
         _serve_operators(serving, engine, cli, o)
         _sync_static(engine, cli)
         if demo:
             added = seed_demo(engine, operator())
             log.info("demo schedules: %s", ", ".join(added) if added else "already present")
-        _lead_and_consume(node_, cli, o, node, consume=not no_consume)
+        _lead_and_consume(node_, cli, o, node, membership, consume=not no_consume)
         log.info("stopped")
 
 
@@ -275,7 +282,13 @@ def _serve_operators(
 
 
 def _lead_and_consume(
-    node_: _Node, cli: CliState, o: _Options, node: str, *, consume: bool
+    node_: _Node,
+    cli: CliState,
+    o: _Options,
+    node: str,
+    membership: Membership,
+    *,
+    consume: bool,
 ) -> None:
     """Lead (or stand by) and dispatch with a daemon per shard, with consumers beside (unless
     `consume` is False), until a signal or a failure stops them."""
@@ -285,7 +298,7 @@ def _lead_and_consume(
         if consume
         else None
     )
-    daemons = _daemons(engine, o, node, telemetry, consumer)
+    daemons = _daemons(engine, o, node, telemetry, consumer, membership)
 
     def stop() -> None:
         for daemon in daemons:
@@ -323,9 +336,10 @@ def _daemons(
     node: str,
     telemetry: Telemetry,
     consumer: FireQueueConsumer | None,
+    membership: Membership,
 ) -> list[SchedulerDaemon]:
     """A daemon per lease shard (one without shards), each poking the consumer when it
-    dispatched."""
+    dispatched, and each leading only while its shard is this node's share (`membership`)."""
 
     def dispatched(report: DispatchReport) -> None:
         if consumer is not None and report.dispatched:
@@ -342,6 +356,7 @@ def _daemons(
             breaker_failures=o.breaker_failures,
             breaker_recovery_ms=o.recovery_ms,
             shard=None if o.shards == 1 else (index, o.shards),
+            wants_lease=functools.partial(membership.wants, index),
         )
         for index in range(o.shards)
     ]

@@ -39,6 +39,7 @@ from engine.backends.postgres.schedules import PostgresScheduleStore
 from engine.backends.sql.approvals import SqlApprovalStore
 from engine.backends.sql.audit import KeySource
 from engine.backends.sql.diagnostics import store_counts
+from engine.backends.sql.nodes import SqlNodeRegistry
 from engine.backends.sql.operators import SqlOperatorStore
 from engine.backends.sql.plugin_state import SqlPluginStateStore
 from engine.domain.clock import Clock
@@ -91,6 +92,7 @@ class PostgresBackend:
         self.dispatcher = PostgresDispatcher(self.pool, self.audit)
         self.operators = SqlOperatorStore(self.pool)
         self.plugin_state = SqlPluginStateStore(self.pool)
+        self.nodes = SqlNodeRegistry(self.pool)
         self.approvals = SqlApprovalStore(self.pool)
         self.retention = PostgresRetentionStore(self.pool)
 

@@ -12,6 +12,7 @@ MirroredLease (engine.backends.mirrored_lease), which writes every change of hol
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -26,11 +27,14 @@ if TYPE_CHECKING:
     import redis
     from redis.commands.core import Script
 
+log = logging.getLogger("vortos.lease")
+
 CONNECT_TIMEOUT_S = 5.0
 # A command that gets no answer in this time fails (a daemon retries; it must not hang).
 COMMAND_TIMEOUT_S = 5.0
 
-# ARGV: token, now, holder, expires_at, ttl_ms. The holding token keeps its acquired_at.
+# ARGV: token, now, holder, expires_at, ttl_ms, deployment. The holding token keeps its
+# acquired_at.
 _ACQUIRE = """
 local stored = redis.call('GET', KEYS[1])
 local now = tonumber(ARGV[2])
@@ -42,7 +46,8 @@ if stored then
   if live then acquired = lease.acquired_at end
 end
 local value = cjson.encode({token = ARGV[1], holder = ARGV[3], acquired_at = acquired,
-                            renewed_at = ARGV[2], expires_at = ARGV[4]})
+                            renewed_at = ARGV[2], expires_at = ARGV[4],
+                            deployment = ARGV[6]})
 redis.call('SET', KEYS[1], value, 'PX', ARGV[5])
 return value
 """
@@ -87,9 +92,14 @@ def _redis_module() -> Any:
 
 
 class RedisLease:
-    """The lease on `key` held as the Redis key `<prefix>lease:<key>`."""
+    """The lease on `key` held as the Redis key `<prefix>lease:<key>`. Its value names the
+    `deployment` (engine.backends.deployment) that took it, so a key another deployment holds
+    (the same prefix set on two databases) is told apart: logged when it keeps this one from
+    leading, and reported by the doctor (lease.redis_deployment)."""
 
-    def __init__(self, url: str, clock: Clock, prefix: str = "vortos:") -> None:
+    def __init__(
+        self, url: str, clock: Clock, prefix: str = "vortos:", deployment: str = ""
+    ) -> None:
         module = _redis_module()
         remember(url)
         self._url = url  # for scrubbing the driver's messages, never shown
@@ -101,6 +111,8 @@ class RedisLease:
         )
         self._clock = clock
         self._prefix = prefix
+        self.deployment = deployment
+        self._foreign_seen: set[str] = set()  # deployments already warned about
         with self._redis_errors():
             try:
                 self._client: redis.Redis = module.Redis.from_url(
@@ -132,17 +144,50 @@ class RedisLease:
         now = self._clock.now_ms()
         fresh = Lease(key, token, holder, now, now, now + ttl_ms)
         with self._redis_errors():
-            if self._client.set(self.redis_key(key), _encode(fresh), nx=True, px=ttl_ms):
+            encoded = _encode(fresh, self.deployment)
+            if self._client.set(self.redis_key(key), encoded, nx=True, px=ttl_ms):
                 lease = fresh
             else:
                 value: str | None = self._acquire(
                     keys=[self.redis_key(key)],
-                    args=[token, now, holder, now + ttl_ms, ttl_ms],
+                    args=[token, now, holder, now + ttl_ms, ttl_ms, self.deployment],
                 )
                 if value is None:
+                    self._warn_if_foreign(key)
                     return None
                 lease = _decode(key, value)
         return lease
+
+    def deployment_of(self, key: str) -> tuple[str, str] | None:
+        """(deployment, holder) of the Redis key of lease `key` while it is live; None when
+        free. A key written before deployments were recorded names the deployment ''."""
+        with self._redis_errors():
+            value = cast("str | None", self._client.get(self.redis_key(key)))
+        if value is None:
+            return None
+        lease = _decode(key, value)
+        if lease.expires_at <= self._clock.now_ms():
+            return None
+        return _deployment(value), lease.holder
+
+    def _warn_if_foreign(self, key: str) -> None:
+        """Say so, once per deployment, when another deployment's key keeps this one from
+        leading: otherwise it stands by silently forever."""
+        held = self.deployment_of(key)
+        if held is None or not self.deployment or held[0] in ("", self.deployment):
+            return
+        if held[0] not in self._foreign_seen:
+            self._foreign_seen.add(held[0])
+            log.warning(
+                "the Redis key %s is held by %s of another deployment (%s; this database is "
+                "%s): two deployments share the redis_prefix %r, so this one cannot lead. Give "
+                "each its own redis_prefix, or unset it to derive one from the database",
+                self.redis_key(key),
+                held[1],
+                held[0],
+                self.deployment,
+                self._prefix,
+            )
 
     def renew(self, key: str, token: str, ttl_ms: int) -> Lease:
         now = self._clock.now_ms()
@@ -193,7 +238,7 @@ class RedisLease:
         return scrub_echoes(str(exc), self._url)
 
 
-def _encode(lease: Lease) -> str:
+def _encode(lease: Lease, deployment: str) -> str:
     # Instants as strings: Lua numbers are doubles, and cjson would re-encode large ones in
     # exponent form.
     return json.dumps(
@@ -203,8 +248,16 @@ def _encode(lease: Lease) -> str:
             "acquired_at": str(lease.acquired_at),
             "renewed_at": str(lease.renewed_at),
             "expires_at": str(lease.expires_at),
+            "deployment": deployment,
         }
     )
+
+
+def _deployment(value: str) -> str:
+    try:
+        return str(json.loads(value).get("deployment", ""))
+    except (ValueError, AttributeError):
+        return ""
 
 
 def _decode(key: str, value: str) -> Lease:

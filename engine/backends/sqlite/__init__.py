@@ -11,6 +11,7 @@ from typing import Any
 
 from engine.backends.sql.approvals import SqlApprovalStore
 from engine.backends.sql.diagnostics import store_counts
+from engine.backends.sql.nodes import SqlNodeRegistry
 from engine.backends.sql.operators import SqlOperatorStore
 from engine.backends.sql.plugin_state import SqlPluginStateStore
 from engine.backends.sqlite.audit import KeySource, SqliteAuditLog
@@ -66,6 +67,7 @@ class SqliteBackend:
         self.dispatcher = SqliteDispatcher(self.pool, self.audit)
         self.operators = SqlOperatorStore(self.pool)
         self.plugin_state = SqlPluginStateStore(self.pool)
+        self.nodes = SqlNodeRegistry(self.pool)
         self.approvals = SqlApprovalStore(self.pool)
         self.retention = SqliteRetentionStore(self.pool)
 
