@@ -4,7 +4,10 @@ Dispatch: a backlog of N due slots (N hourly interval schedules running `noop`, 
 slot due half a second ago), drained by the real daemon (`engine.daemon(...)`, stepped until
 nothing is due) in a process of its own; SQLite and PostgreSQL, then PostgreSQL with 2 and 4
 daemons, each in its own process leading one lease shard (`shard=(i, n)`: the schedules whose
-`shard_key` modulo n is i).
+`shard_key` modulo n is i). Then 1, 2 and 4 nodes x 4 shards: each node a process as `vortos
+run --shards 4` is, registered in the node registry and leading the share of the 4 shards its
+Membership gives it (engine.runtime.nodes), a thread per shard it leads; the nodes only beat
+until each sees them all, and take their leases at the go.
 
 Consume: a backlog of N no-op fires (one schedule every 1 s, overlap `allow`, backfilled over N
 past seconds with `engine.service.backfill`) run by 1, 2 and 4 consumer processes, each the
@@ -28,6 +31,7 @@ the SQLite side runs alone. N = 20,000 dispatch / 10,000 consume (`--quick`: 3,0
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -307,6 +311,81 @@ def dispatch_worker(db: str, name: str, shard: tuple[int, int] | None) -> dict[s
     daemon.release()
     engine.close()
     return {**counts, "last_done": last_done[0], "cpu_s": cpu}
+
+
+NODE_SHARDS = 4  # nodes x shards on PostgreSQL: every node runs --shards 4
+NODES = (1, 2, 4)
+NODE_TTL_MS = 3_000  # the nodes' lease (and registration) TTL: they share out within it
+
+
+def nodes_worker(db: str, name: str, nodes: int) -> dict[str, Any]:
+    """One node as `vortos run --shards 4` runs it: registered in the node registry, a daemon
+    per shard asking the node's Membership whether to lead. Ready once `nodes` nodes are live
+    and it leads its share; on the go each shard it leads is stepped on a thread of its own
+    until a step dispatches nothing."""
+    from engine.runtime.nodes import Membership  # noqa: PLC0415
+
+    engine = open_engine(db)
+    membership = Membership(engine.storage.nodes, engine.clock, name, NODE_SHARDS, NODE_TTL_MS)
+    membership.join()
+    counts = {"done": 0, "transactions": 0}
+    last_done = [math.nan]
+    lock = threading.Lock()
+
+    def dispatched(report: DispatchReport) -> None:
+        if report.dispatched:
+            with lock:
+                counts["done"] += len(report.dispatched)
+                counts["transactions"] += 1
+                last_done[0] = time.time()
+
+    daemons = [
+        engine.daemon(
+            node_id=name,
+            lease_ttl_ms=NODE_TTL_MS,
+            on_dispatch=dispatched,
+            shard=(i, NODE_SHARDS),
+            wants_lease=functools.partial(membership.wants, i),
+        )
+        for i in range(NODE_SHARDS)
+    ]
+    # No daemon steps before the go (a leader would drain the backlog alone): the nodes only
+    # beat until each sees them all, so their shares are final; each then takes its leases.
+    deadline = time.monotonic() + 60
+    while len(membership.live) != nodes or not membership.share:
+        membership.wants(0)
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} saw {membership.live}, not {nodes} nodes, in 60 s")
+        time.sleep(0.05)
+    _handshake()
+    cpu0 = time.process_time()
+
+    def drain(daemon: Any) -> None:
+        while not daemon.leading:
+            daemon.step()  # takes the lease: free, nobody led before the go
+        while True:
+            before = counts["done"]
+            daemon.step()
+            if counts["done"] == before:
+                return
+
+    workers = [
+        threading.Thread(target=drain, args=(d,))
+        for i, d in enumerate(daemons)
+        if i in membership.share
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    cpu = time.process_time() - cpu0
+    sys.stdin.readline()  # the parent's stop
+    for d in daemons:
+        if d.leading:
+            d.release()
+    membership.leave()
+    engine.close()
+    return {**counts, "last_done": last_done[0], "cpu_s": cpu, "shards": sorted(membership.share)}
 
 
 def _counted(method: Callable[..., Any], counts: dict[str, int]) -> Callable[..., Any]:
@@ -589,6 +668,43 @@ def measure_dispatch(
         )
 
 
+def measure_nodes(nodes: int, count: int, folder: Path, pg_url: str, cut_s: float) -> Result:
+    """The backlog dispatched by `nodes` node processes sharing 4 lease shards out."""
+    tag = f"nodes-{nodes}x{NODE_SHARDS}"
+    with fresh_store(POSTGRES, folder, tag, pg_url) as db:
+        dispatch_backlog(db, count)
+        commands = [
+            ["--worker", "nodes", "--db", db, "--name", f"node-{i}", "--nodes", str(nodes)]
+            for i in range(nodes)
+        ]
+        return run_children(
+            "dispatch",
+            db,
+            commands,
+            count=count,
+            threads=NODE_SHARDS,
+            folder=folder,
+            tag=tag,
+            cut_s=cut_s,
+        )
+
+
+def report_nodes(results: list[Result], dispatch_n: int) -> None:
+    """Nodes x 4 shards side by side: the goal is throughput that grows with nodes."""
+    one = _find(results, processes=1)
+    rows: list[list[object]] = [
+        [f"{r.processes} node{'s' if r.processes > 1 else ''}", _rate(r), _ratio(r, one)]
+        for r in results
+    ]
+    print_table(
+        f"Dispatch throughput on {POSTGRES}, nodes x {NODE_SHARDS} shards: a backlog of "
+        f"{dispatch_n:,} due slots, each node a process sharing the shards out through the "
+        "node registry (engine.runtime.nodes), a thread per shard it leads",
+        ["nodes", "fires/s", "/ 1 node"],
+        rows,
+    )
+
+
 def measure_consume(
     kind: str, processes: int, threads: int, count: int, folder: Path, pg_url: str, cut_s: float
 ) -> Result:
@@ -757,7 +873,10 @@ def main() -> None:
         help=f"the PostgreSQL database (default: ${PG_URL_ENV} or {DEFAULT_PG_URL}); each run "
         "makes a schema of its own there and drops it",
     )
-    parser.add_argument("--worker", choices=["dispatch", "consume"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--worker", choices=["dispatch", "consume", "nodes"], help=argparse.SUPPRESS
+    )
+    parser.add_argument("--nodes", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--name", default="bench", help=argparse.SUPPRESS)
     parser.add_argument("--shard", help=argparse.SUPPRESS)
@@ -772,6 +891,8 @@ def main() -> None:
                 index, of = args.shard.split("/")
                 shard = (int(index), int(of))
             result = dispatch_worker(args.db, args.name, shard)
+        elif args.worker == "nodes":
+            result = nodes_worker(args.db, args.name, args.nodes)
         else:
             result = consume_worker(args.db, args.threads, args.name)
         print(json.dumps(result))
@@ -799,6 +920,7 @@ def main() -> None:
                 dispatch.append(
                     measure_dispatch(POSTGRES, n, dispatch_n, folder, args.pg_url, cut_s)
                 )
+            nodes = [measure_nodes(n, dispatch_n, folder, args.pg_url, cut_s) for n in NODES]
         for p in PROCESSES:
             for t in threads:
                 for kind in kinds:
@@ -806,7 +928,11 @@ def main() -> None:
                         measure_consume(kind, p, t, consume_n, folder, args.pg_url, cut_s)
                     )
     report(dispatch, consume, dispatch_n, consume_n)
-    wrong = [r.label for r in [*dispatch, *consume] if not r.exact]
+    if not problem:
+        report_nodes(nodes, dispatch_n)
+    else:
+        nodes = []
+    wrong = [r.label for r in [*dispatch, *nodes, *consume] if not r.exact]
     print(
         "\nexactly once in every run: "
         + ("yes" if not wrong else f"NO, in {len(wrong)} ({', '.join(wrong)})")
