@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # what the lazy names are, for type checkers
     from engine.testing.conformance.fair_dispatch import FairDispatchConformance
     from engine.testing.conformance.fire_queue import FireQueueConformance
     from engine.testing.conformance.lease import LeaseConformance
+    from engine.testing.conformance.node_registry import NodeRegistryConformance
     from engine.testing.conformance.plugin_state import PluginStateConformance
     from engine.testing.conformance.retention_store import RetentionStoreConformance
     from engine.testing.conformance.run_ledger import RunLedgerConformance
@@ -43,6 +44,7 @@ _SUITES = {
     "LeaseConformance": "lease",
     "AuditSinkConformance": "audit_sink",
     "PluginStateConformance": "plugin_state",
+    "NodeRegistryConformance": "node_registry",
 }
 
 __all__ = [  # noqa: RUF022 - in the order of _SUITES
@@ -57,6 +59,7 @@ __all__ = [  # noqa: RUF022 - in the order of _SUITES
     "LeaseConformance",
     "AuditSinkConformance",
     "PluginStateConformance",
+    "NodeRegistryConformance",
 ]
 
 
