@@ -30,6 +30,7 @@ from typing import Any, TypeAlias
 
 import psycopg
 
+from engine.backends.postgres.batch import batched_update
 from engine.backends.postgres.connection import (
     PgPool,
     Row,
@@ -341,13 +342,20 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
 
     @staticmethod
     def _write_settle(conn: Conn, token: str, plan: SettlePlan) -> None:
-        with conn.cursor() as cur:
-            for outcome, values in plan.fires.items():
-                cur.executemany(_SETTLE_FIRE[outcome], [(*v, token) for v in values])
-            if plan.runs:
-                cur.executemany(_SETTLE_RUN, plan.runs)
-            if plan.stale:
-                cur.executemany(_STALE_ACK, plan.stale)
+        # One statement per kind of change for the whole batch, all sent in one round trip.
+        writes = [
+            (_SETTLE_FIRE[o], [(*v, token) for v in values]) for o, values in plan.fires.items()
+        ]
+        writes += [(_SETTLE_RUN, plan.runs), (_STALE_ACK, plan.stale)]
+        with conn.pipeline(), conn.cursor() as cur:
+            for one_row, values in writes:
+                if not values:
+                    continue
+                batch = batched_update(one_row, values)
+                if batch is None:
+                    cur.executemany(one_row, values)
+                else:
+                    cur.execute(*batch)
 
     # -- operators --------------------------------------------------------------------------
 
