@@ -43,6 +43,7 @@ from engine.backends.sql.fire_rows import (
     CANDIDATES,
     CLEAR_CLAIM,
     FIRE_COLUMNS,
+    OPEN,
     candidate_from_row,
     claimable_clause,
     fire_from_row,
@@ -62,20 +63,40 @@ _CLAIMABLE = claimable_clause("%(now)s")
 # by a running fire) and, apart, the held ones it must still decide about; each has its own
 # cap, so that one schedule's long backlog hides no one else's fires.
 _SCAN = f"({CANDIDATES} WHERE {{where}} ORDER BY f.available_at, f.run_id LIMIT %(cap)s)"
-_SCANS = (
-    _SCAN.format(where=f"{_CLAIMABLE}{{only}} AND f.schedule_id <> ALL(%(held)s::text[])")
-    + " UNION ALL "
-    + _SCAN.format(where=f"f.schedule_id = ANY(%(looked)s::text[]) AND {_CLAIMABLE}{{only}}")
+_GENERAL_SCAN = _SCAN.format(
+    where=f"{_CLAIMABLE}{{only}} AND f.schedule_id <> ALL(%(held)s::text[])"
 )
+_LOOKED_SCAN = " UNION ALL " + _SCAN.format(
+    where=f"f.schedule_id = ANY(%(looked)s::text[]) AND {_CLAIMABLE}{{only}}"
+)
+# The schedules with fires under a live claim: each one's newest such fire and definition.
+_RUNNING = (
+    "SELECT f.schedule_id, max(f.run_id), s.overlap, s.status FROM fire_queue f "
+    "LEFT JOIN schedules s ON s.id = f.schedule_id "
+    "WHERE f.lease_token IS NOT NULL AND f.consumed_till > %s "
+    "GROUP BY f.schedule_id, s.overlap, s.status"
+)
+# Fires by run id, each looked up by its key: a lateral subquery per id (OFFSET 0, or the
+# lock, keeps it from being merged into a join), its condition the claimable one written so
+# that it implies no partial index's predicate. Otherwise the planner, on a table without
+# statistics yet (a fresh backlog), walks the index of every open fire filtered by the list,
+# once per claim or even once per id: a claim then costs as much as the backlog is long.
+_BY_ID = "FROM unnest(%(ids)s::bigint[]) AS i(id) CROSS JOIN LATERAL ({select}) AS c"
+assert OPEN in _CLAIMABLE
+_CLAIMABLE_ID = _CLAIMABLE.replace(OPEN, "coalesce(f.completed_at, f.discarded_at) IS NULL")
 # The fires seen, read again once their schedules are locked.
 _RESCAN = (
-    f"{CANDIDATES} WHERE f.run_id = ANY(%(ids)s::bigint[]) AND {_CLAIMABLE} "
-    "ORDER BY f.available_at, f.run_id"
+    "SELECT c.* "
+    + _BY_ID.format(select=f"{CANDIDATES} WHERE f.run_id = i.id AND {_CLAIMABLE_ID} OFFSET 0")
+    + " ORDER BY c.available_at, c.run_id"
 )
-# The fires a plan changes, if still claimable and not held by anyone else.
-_LOCK_FIRES = (
-    f"SELECT f.run_id FROM fire_queue f WHERE f.run_id = ANY(%(ids)s::bigint[]) AND {_CLAIMABLE} "
-    "FOR UPDATE SKIP LOCKED"
+# The fires a plan changes, if still claimable and not held by anyone else; with each one's
+# row address, for the claim's update (the row is locked: it stays where it is).
+_LOCK_FIRES = "SELECT c.run_id, c.ctid " + _BY_ID.format(
+    select=(
+        "SELECT f.run_id, f.ctid FROM fire_queue f "
+        f"WHERE f.run_id = i.id AND {_CLAIMABLE_ID} FOR UPDATE SKIP LOCKED"
+    )
 )
 _TRY_LOCKS = (
     "SELECT sid FROM unnest(%s::text[], %s::bigint[], %s::boolean[]) AS t(sid, k, exclusive) "
@@ -84,7 +105,7 @@ _TRY_LOCKS = (
 )
 # The claim of a batch, its runs moved to running, and the fires as claimed: one statement.
 # (Every SET expression reads the row as it was: a fire still carrying a token was abandoned,
-# its holder's claim ran out.)
+# its holder's claim ran out.) The fires are found by the addresses their locks returned.
 _TAKE = (
     "WITH f AS (UPDATE fire_queue SET "
     "abandoned_count = abandoned_count + (lease_token IS NOT NULL)::int, "
@@ -94,7 +115,7 @@ _TAKE = (
     "ELSE last_abandoned_at END, "
     "lease_token = %(token)s, consumed_till = %(till)s, consumed_by = %(consumer)s, "
     "attempts = attempts + 1, cancel_requested_at = NULL "
-    "WHERE run_id = ANY(%(ids)s::bigint[]) RETURNING *), "
+    "WHERE ctid = ANY(%(rows)s::tid[]) AND run_id = ANY(%(ids)s::bigint[]) RETURNING *), "
     "r AS (UPDATE runs SET state = 'running', started_at = %(now)s, consumer = %(consumer)s, "
     "finished_at = NULL, exit_code = NULL, output = NULL, attempts = f.attempts, "
     "abandoned = f.abandoned_count FROM f WHERE runs.id = f.run_id RETURNING runs.*) "
@@ -146,8 +167,8 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
         if not ids:
             return
         running, found = self._reread(conn, now, ids, locked)
-        plan = self._lock_plan(conn, args, found, running, limit)
-        self._apply_claim(conn, claim, plan.claim, now)
+        plan, rows_of = self._lock_plan(conn, args, found, running, limit)
+        self._apply_claim(conn, claim, plan.claim, rows_of, now)
         self._finish_unrun(conn, plan.skip, plan.cancel, now)
         claim.skipped, claim.cancelled = plan.skip, plan.cancel
         asked = [rid for sid in sorted(plan.cancel_running) for rid in running.get(sid, [])]
@@ -171,20 +192,16 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
         conn: Conn, args: dict[str, Any], only: str
     ) -> tuple[list[Candidate], dict[str, list[int]]]:
         """Read without locks: the fires a claim may take, oldest available first, and the
-        fires under a live claim by schedule."""
+        schedules with fires under a live claim (each by its newest such fire: what a plan
+        needs of them before their schedules are locked and their claims read again)."""
         running: dict[str, list[int]] = {}
         defined: dict[str, tuple[str | None, str | None]] = {}
-        for sid, rid, overlap, status in rows(
-            conn,
-            "SELECT f.schedule_id, f.run_id, s.overlap, s.status FROM fire_queue f "
-            "LEFT JOIN schedules s ON s.id = f.schedule_id "
-            "WHERE f.lease_token IS NOT NULL AND f.consumed_till > %s ORDER BY f.run_id",
-            (args["now"],),
-        ):
-            running.setdefault(sid, []).append(rid)
+        for sid, newest, overlap, status in rows(conn, _RUNNING, (args["now"],)):
+            running[sid] = [newest]
             defined[sid] = (overlap, status)
         held, looked = held_and_looked(running, defined)
-        found = _named(conn, _SCANS.format(only=only), {**args, "held": held, "looked": looked})
+        sql = (_GENERAL_SCAN + (_LOOKED_SCAN if looked else "")).format(only=only)
+        found = _named(conn, sql, {**args, "held": held, "looked": looked})
         return [candidate_from_row(r) for r in sorted(found, key=lambda r: (r[5], r[0]))], running
 
     @staticmethod
@@ -261,21 +278,24 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
         found: list[Candidate],
         running: dict[str, list[int]],
         limit: int,
-    ) -> ClaimPlan:
+    ) -> tuple[ClaimPlan, dict[int, str]]:
         """Plan, and lock the fires the plan changes; a fire that cannot be locked is left out
         (with its schedule, when its fires hold one another back) and the rest planned again,
-        until every fire the plan changes is locked."""
-        taken: set[int] = set()
+        until every fire the plan changes is locked. The plan, and the row address of each
+        fire locked."""
+        taken: dict[int, str] = {}
         while True:
             plan = plan_claim(found, running, limit)
             missing = [rid for rid in (*plan.claim, *plan.skip, *plan.cancel) if rid not in taken]
             if not missing:
-                return plan
-            got = {r[0] for r in _named(conn, _LOCK_FIRES, {**args, "ids": missing})}
-            taken |= got
-            lost = set(missing) - got
+                return plan, taken
+            got: dict[int, str] = {
+                r[0]: r[1] for r in _named(conn, _LOCK_FIRES, {**args, "ids": missing})
+            }
+            taken.update(got)
+            lost = set(missing) - set(got)
             if not lost:
-                return plan
+                return plan, taken
             bound = {
                 c.schedule_id
                 for c in found
@@ -284,7 +304,9 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             found = [c for c in found if c.run_id not in lost and c.schedule_id not in bound]
 
     @staticmethod
-    def _apply_claim(conn: Conn, claim: Claim, run_ids: list[int], now: int) -> None:
+    def _apply_claim(
+        conn: Conn, claim: Claim, run_ids: list[int], rows_of: Mapping[int, str], now: int
+    ) -> None:
         if not run_ids:
             return
         args = {
@@ -293,6 +315,7 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             "consumer": claim.consumer,
             "now": now,
             "ids": run_ids,
+            "rows": [rows_of[rid] for rid in run_ids],
         }
         claim.fires = [fire_from_row(r) for r in _named(conn, _TAKE, args)]
 
