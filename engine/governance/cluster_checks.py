@@ -3,6 +3,8 @@ Redis lease keys they lead by are this deployment's own."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from engine.backends.deployment import deployment_id, redis_prefix
 from engine.domain.errors import VortosError
 from engine.governance.checks import _Named, _some
@@ -12,8 +14,9 @@ from engine.runtime.nodes import mismatched
 
 
 class NodeShards(_Named):
-    """Every live node runs with the shards setting's count: nodes of two counts lead two sets
-    of leases at once, and their shares never add up."""
+    """Every live node runs with one shard count: nodes of two counts lead two sets of leases
+    at once, and their shares never add up. Warns when they agree on a count the doctor's
+    shards setting does not say (its lease.holder then checks the wrong leases)."""
 
     def __init__(self) -> None:
         super().__init__("cluster.nodes")
@@ -26,18 +29,29 @@ class NodeShards(_Named):
         if not live:
             # Nothing to disagree: daemons embedded in a program register no node.
             return self.ok("no node beats in the node registry (none of `vortos run`)")
-        wrong = mismatched(live, ctx.shards)
-        if not wrong:
-            return self.ok(
-                f"{len(live)} live node(s), each with {ctx.shards} shard(s)",
-                ", ".join(b.node_id for b in live),
+        counts = Counter(b.shards for b in live)
+        # The deployment's count: the setting's if some node runs it, else the most nodes'.
+        agreed = ctx.shards if ctx.shards in counts else counts.most_common(1)[0][0]
+        wrong = mismatched(live, agreed)
+        if wrong:
+            return self.fail(
+                f"{len(wrong)} of {len(live)} live node(s) run with another shard count than "
+                f"the others' {agreed}",
+                _some([f"{b.node_id}: --shards {b.shards}" for b in wrong]),
+                f"restart those nodes with --shards {agreed} (every node must run the same "
+                "count; a node started with another one beside live nodes is refused)",
             )
-        return self.fail(
-            f"{len(wrong)} of {len(live)} live node(s) run with another shard count than "
-            f"{ctx.shards}",
-            _some([f"{b.node_id}: --shards {b.shards}" for b in wrong]),
-            "restart every node with the same --shards (and set the shards setting the doctor "
-            "reads to it)",
+        if agreed != ctx.shards:
+            return self.warn(
+                f"the {len(live)} live node(s) run with {agreed} shard(s), the doctor's shards "
+                f"setting says {ctx.shards}",
+                ", ".join(b.node_id for b in live),
+                f"set shards = {agreed} (VORTOS_SHARDS) where the doctor runs, so lease.holder "
+                "checks each shard's leader",
+            )
+        return self.ok(
+            f"{len(live)} live node(s), each with {agreed} shard(s)",
+            ", ".join(b.node_id for b in live),
         )
 
 

@@ -5,8 +5,9 @@ else is alive, and computes which shards are its share: every node computes the 
 from the same live set (`share_out`), so they agree without talking. A daemon whose shard is
 another node's share does not try to lead it and gives it up if it holds it
 (`SchedulerDaemon(wants_lease=...)`); the owner takes it at its next look. A node that joins
-is seen at the others' next beat; a node that dies is dropped when its registration expires
-(one TTL after its last beat), and its shards move to the survivors.
+or stops cleanly (deregistering) is seen at the others' next read of the registry, within a
+second; a node that dies is dropped when its registration expires (one TTL after its last
+beat), and its shards move to the survivors.
 
 Nothing here runs per fire: a daemon's question is answered from the last beat.
 """
@@ -23,6 +24,9 @@ from engine.domain.errors import InvalidInput, StorageError
 from engine.ports.nodes import NodeBeat, NodeRegistry
 
 log = logging.getLogger("vortos.nodes")
+
+READ_EVERY_MS = 1_000  # how often the live nodes are read between beats (sharded nodes)
+PRUNE_AFTER_MS = 86_400_000  # registrations expired this long ago are deleted at a start
 
 
 def _rank(node_id: str, shard: int) -> bytes:
@@ -77,13 +81,16 @@ class Membership:
         self.node_id = node_id
         self.shards = shards
         self.ttl_ms = ttl_ms
-        # A beat per renewal interval of the lease: a dead node's shards move within about
-        # one TTL of its last beat plus this.
+        # A beat (a write) per renewal interval of the lease; between beats the registry is
+        # read (a read of a row per node) about once a second, so a node that joins or
+        # leaves is seen within a second, not at the next beat.
         self.beat_every_ms = max(1, ttl_ms // 3)
+        self.read_every_ms = min(READ_EVERY_MS, self.beat_every_ms)
         self._on_change = on_change
         self._lock = threading.Lock()
         self._started_at = clock.now_ms()
         self._beaten_at: int | None = None
+        self._read_at = 0
         self._beats: list[NodeBeat] = []  # the last read of the registry
         self.share: frozenset[int] = frozenset()
         self.live: list[str] = []
@@ -102,6 +109,10 @@ class Membership:
                 f"count. Start this one with --shards {counts[0]}, or stop every node and "
                 "start them all with the new count"
             )
+        try:
+            self._registry.prune(now - PRUNE_AFTER_MS)  # the rows of long-gone nodes
+        except StorageError as exc:
+            log.warning("could not prune the node registry: %s", exc)
         with self._lock:
             self._beat(now)
 
@@ -113,9 +124,11 @@ class Membership:
             now = self._clock.now_ms()
             if self._beaten_at is None or now - self._beaten_at >= self.beat_every_ms:
                 self._beat(now)
+            elif self.shards > 1 and now - self._read_at >= self.read_every_ms:
+                self._read(now)
             else:
                 # A node whose registration expired since the last read is dead now, not at
-                # the next beat: its shards move the moment it expires.
+                # the next read: its shards move the moment it expires.
                 self._share_among(now)
             return self.shards == 1 or shard in self.share
 
@@ -128,12 +141,22 @@ class Membership:
     def _beat(self, now: int) -> None:
         try:
             self._registry.beat(self.node_id, self.shards, self._started_at, now, self.ttl_ms)
-            self._beats = self._registry.live(now)
         except StorageError as exc:
             log.warning("node heartbeat failed (keeping shards %s): %s", sorted(self.share), exc)
-            self._beaten_at = now  # not again before the next interval
+            self._beaten_at = self._read_at = now  # not again before the next interval
             return
         self._beaten_at = now
+        self._read(now)
+
+    def _read(self, now: int) -> None:
+        self._read_at = now
+        try:
+            self._beats = self._registry.live(now)
+        except StorageError as exc:
+            log.warning(
+                "reading the live nodes failed (keeping shards %s): %s", sorted(self.share), exc
+            )
+            return
         self._share_among(now)
 
     def _share_among(self, now: int) -> None:

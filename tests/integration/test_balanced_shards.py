@@ -112,6 +112,9 @@ def test_a_node_with_another_shard_count_is_refused_and_the_doctor_names_mismatc
 
         env = {**pg_env(), "VORTOS_SHARDS": str(SHARDS)}
         assert _nodes_finding(url, env)["status"] == "pass"
+        unset = _nodes_finding(url, pg_env())  # the doctor's shards setting left at 1
+        assert unset["status"] == "warn", unset
+        assert "set shards = 6" in unset["remediation"], unset
         # A node the CLI would refuse, as a node of an older Vortos would have registered.
         far = reader.now_ms() + 600_000
         reader.conn.execute(
@@ -125,6 +128,29 @@ def test_a_node_with_another_shard_count_is_refused_and_the_doctor_names_mismatc
         assert "n-six" not in finding["detail"], finding
     finally:
         running.terminate()
+
+
+def test_a_stopped_nodes_shards_move_within_seconds_not_a_ttl(
+    url: str, reader: Reader, tmp_path: Path
+) -> None:
+    # The default TTL: a registration that only expired would hold the shards 15 s.
+    args = ("--shards", str(SHARDS))
+    nodes = [
+        Daemon(url, f"n{i}", tmp_path, lease_ttl="15s", args=args, env=pg_env()) for i in range(2)
+    ]
+    try:
+        wait_for(lambda: balanced(reader, nodes), 60, "three shards led by each node")
+        leaving = nodes.pop()
+        assert leaving.terminate() == 0, leaving.log
+        stopped_at = reader.now_ms()
+        wait_for(lambda: balanced(reader, nodes), 30, "the survivor to lead all six")
+        # Deregistered and its leases released, so seen at the survivor's next read of the
+        # registry (about a second).
+        moved_after = reader.now_ms() - stopped_at
+        assert moved_after < 4_000, moved_after
+    finally:
+        for n in nodes:
+            n.terminate()
 
 
 def _nodes_finding(url: str, env: dict[str, str]) -> dict[str, str]:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import secrets
+import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from engine import IntervalTrigger, ScheduleSpec, open_engine
 from engine.backends.deployment import deployment_id
+from engine.domain.timeutil import SECOND_MS
 from tests.conformance._lease_drivers import delete_redis_keys
 from tests.conftest import run_cli
 from tests.integration.processes import Daemon, wait_for
@@ -76,6 +80,37 @@ def test_two_databases_on_one_redis_both_dispatch_by_default(
     finally:
         for n in nodes:
             n.terminate()
+
+
+def test_two_sqlite_files_on_one_redis_both_dispatch_by_default(tmp_path: Path) -> None:
+    need_redis()
+    files = [tmp_path / "a" / "vortos.db", tmp_path / "b" / "vortos.db"]
+    ids = []
+    anchor_ms = int(time.time()) * 1000  # a slot a second, from now
+    for db in files:
+        db.parent.mkdir()
+        with open_engine(db) as engine:
+            engine.service.create(
+                ScheduleSpec("tick", IntervalTrigger(SECOND_MS, anchor_ms), "noop"), actor="test"
+            )
+            found = deployment_id(engine.storage)
+        assert found is not None
+        ids.append(found)
+    assert ids[0] != ids[1]
+    env = {"VORTOS_LEASE_DRIVER": "redis", "VORTOS_REDIS_URL": REDIS_URL}
+    nodes = [Daemon(db, f"node-{i}", tmp_path, env=env) for i, db in enumerate(files)]
+
+    def runs(db: Path) -> int:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+            return int(conn.execute("SELECT count(*) FROM runs").fetchone()[0])
+
+    try:
+        wait_for(lambda: all(runs(db) > 0 for db in files), 60, "both files to be dispatched")
+    finally:
+        for n in nodes:
+            n.terminate()
+        for found in ids:
+            delete_redis_keys(f"vortos:{found}:")
 
 
 def test_the_same_explicit_prefix_on_two_databases_is_reported_by_the_doctor(
