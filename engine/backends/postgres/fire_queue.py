@@ -30,6 +30,7 @@ from typing import Any, TypeAlias
 
 import psycopg
 
+from engine.backends.postgres.arrays import array_literal, int_array
 from engine.backends.postgres.batch import batched_update
 from engine.backends.postgres.connection import (
     PgPool,
@@ -158,7 +159,7 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
         args: dict[str, Any] = {"now": now, "cap": limit * 2 + 32}
         only = ""
         if commands is not None:
-            args["commands"] = sorted(commands)
+            args["commands"] = array_literal(sorted(commands))
             only = " AND f.command = ANY(%(commands)s::text[])"
         seen, running = self._scan(conn, args, only)
         locked = self._lock_schedules(conn, seen, running, limit)
@@ -182,7 +183,7 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
                     "cancel_requested_at = coalesce(cancel_requested_at, %s) "
                     "WHERE run_id = ANY(%s::bigint[]) AND lease_token IS NOT NULL "
                     "RETURNING run_id",
-                    (now, asked),
+                    (now, int_array(asked)),
                 )
             }
             claim.cancel_requested = [rid for rid in asked if rid in still]
@@ -201,7 +202,9 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             defined[sid] = (overlap, status)
         held, looked = held_and_looked(running, defined)
         sql = (_GENERAL_SCAN + (_LOOKED_SCAN if looked else "")).format(only=only)
-        found = _named(conn, sql, {**args, "held": held, "looked": looked})
+        found = _named(
+            conn, sql, {**args, "held": array_literal(held), "looked": array_literal(looked)}
+        )
         return [candidate_from_row(r) for r in sorted(found, key=lambda r: (r[5], r[0]))], running
 
     @staticmethod
@@ -217,9 +220,9 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             live = conn.execute(
                 "SELECT schedule_id, run_id FROM fire_queue WHERE lease_token IS NOT NULL "
                 "AND consumed_till > %s AND schedule_id = ANY(%s::text[]) ORDER BY run_id",
-                (now, exclusive),
+                (now, array_literal(exclusive)),
             )
-            fresh = conn.execute(_RESCAN, {"now": now, "ids": ids})
+            fresh = conn.execute(_RESCAN, {"now": now, "ids": int_array(ids)})
         running: dict[str, list[int]] = {}
         for sid, rid in live.fetchall():
             running.setdefault(sid, []).append(rid)
@@ -263,7 +266,11 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
                 for (sid,) in rows(
                     conn,
                     _TRY_LOCKS,
-                    (order, [_schedule_lock(s) for s in order], [wanted[s] for s in order]),
+                    (
+                        array_literal(order),
+                        int_array(_schedule_lock(s) for s in order),
+                        array_literal(wanted[s] for s in order),
+                    ),
                 )
             }
             locked.update((sid, wanted[sid]) for sid in got)
@@ -290,7 +297,7 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             if not missing:
                 return plan, taken
             got: dict[int, str] = {
-                r[0]: r[1] for r in _named(conn, _LOCK_FIRES, {**args, "ids": missing})
+                r[0]: r[1] for r in _named(conn, _LOCK_FIRES, {**args, "ids": int_array(missing)})
             }
             taken.update(got)
             lost = set(missing) - set(got)
@@ -314,8 +321,8 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             "till": claim.claimed_till,
             "consumer": claim.consumer,
             "now": now,
-            "ids": run_ids,
-            "rows": [rows_of[rid] for rid in run_ids],
+            "ids": int_array(run_ids),
+            "rows": array_literal(rows_of[rid] for rid in run_ids),
         }
         claim.fires = [fire_from_row(r) for r in _named(conn, _TAKE, args)]
 
@@ -333,9 +340,9 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             _UNRUN,
             {
                 "now": now,
-                "ids": [rid for rid, _, _ in why],
-                "states": [state.value for _, state, _ in why],
-                "reasons": [reason for _, _, reason in why],
+                "ids": int_array(rid for rid, _, _ in why),
+                "states": array_literal(state.value for _, state, _ in why),
+                "reasons": array_literal(reason for _, _, reason in why),
             },
         )
 
@@ -346,7 +353,7 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             conn,
             "UPDATE fire_queue SET consumed_till = %s WHERE lease_token = %s "
             "AND run_id = ANY(%s::bigint[]) RETURNING run_id, cancel_requested_at",
-            (till, token, list(run_ids)),
+            (till, token, int_array(run_ids)),
         )
         return {r[0]: r[1] for r in extended}
 
@@ -359,7 +366,7 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
                 conn,
                 "SELECT run_id FROM fire_queue WHERE lease_token = %s "
                 "AND run_id = ANY(%s::bigint[]) ORDER BY run_id FOR UPDATE",
-                (token, run_ids),
+                (token, int_array(run_ids)),
             )
         }
 
