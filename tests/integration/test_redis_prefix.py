@@ -154,6 +154,17 @@ def test_a_prefix_that_cannot_be_a_key_prefix_is_refused(
     assert two[0].runs() == 0
 
 
+def test_a_bad_redis_prefix_option_is_refused_as_the_setting_is(
+    two: tuple[Deployment, Deployment],
+) -> None:
+    done = run_cli("--db", two[0].url, "run", "--redis-prefix", "a b", env=redis_env(), timeout=60)
+    assert done.code == 2, (done.stdout, done.stderr)
+    assert "--redis-prefix" in done.stderr, done.stderr
+    assert "1 to 64 letters" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert two[0].runs() == 0
+
+
 def _finding(url: str, env: dict[str, str], check_id: str) -> dict[str, str]:
     done = run_cli("--db", url, "doctor", "--json", env=env)
     found = [f for f in json.loads(done.stdout)["findings"] if f["check_id"] == check_id]

@@ -158,6 +158,15 @@ RedisUrl = Annotated[
     str | None,
     typer.Option("--redis-url", help="The Redis server of --lease-driver redis."),
 ]
+RedisPrefix = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-prefix",
+        help="The prefix of this deployment's Redis keys (--lease-driver redis); default: "
+        "vortos:<id>: with <id> derived from the database, so deployments sharing one Redis "
+        "never share a key.",
+    ),
+]
 NoConsume = Annotated[
     bool,
     typer.Option(
@@ -187,6 +196,7 @@ def run(
     shards: Shards = 1,
     lease_driver: LeaseDriver = "row",
     redis_url: RedisUrl = None,
+    redis_prefix: RedisPrefix = None,
     consumers: Consumers = DEFAULT_CONSUMERS,
     no_consume: NoConsume = False,
     claim_ttl: ClaimTtl = "60s",
@@ -213,7 +223,12 @@ def run(
     cli.commands()  # import the app (and refuse a broken one) before opening the database
     # The engine is built with run's own flags; every plug-in the settings name is imported
     # now: a missing or broken one stops us here.
-    cli.override(lease_driver=o.lease_driver, redis_url=o.redis_url, approval_ttl=o.approval_ms)
+    cli.override(
+        lease_driver=o.lease_driver,
+        redis_url=o.redis_url,
+        redis_prefix=o.redis_prefix,
+        approval_ttl=o.approval_ms,
+    )
     cli.plugins()
     with contextlib.ExitStack() as serving:
         node_ = _start_node(serving, ctx, o, node, trace=trace)
@@ -382,6 +397,7 @@ class _Options:
     shards: int
     lease_driver: str
     redis_url: str | None
+    redis_prefix: str | None
 
 
 def run_daemons(daemons: list[SchedulerDaemon]) -> None:
@@ -451,12 +467,18 @@ def _options(ctx: typer.Context) -> _Options:
         shards=_shards(ctx, configured(ctx, "shards")),
         lease_driver=configured(ctx, "lease_driver"),
         redis_url=_redis_url(configured(ctx, "redis_url")),
+        redis_prefix=_checked("redis_prefix", configured(ctx, "redis_prefix")),
     )
 
 
 def _redis_url(given: str | None) -> str | None:
     # --redis-url is checked as VORTOS_REDIS_URL is: an ambiguous URL's driver echoes its password.
     return None if given is None else parse_option("redis_url", given)
+
+
+def _checked(name: str, given: str | None) -> str | None:
+    # An option of run's own is refused as its setting is (VORTOS_REDIS_PREFIX).
+    return None if given is None else parse_option(name, given)
 
 
 def _shards(ctx: typer.Context, shards: int) -> int:
