@@ -6,15 +6,23 @@ token. So every change of holder is written to the row too: acquire overwrites t
 extends it only while it still names this token (a deposed holder's late renew can never put
 its token back), and release deletes it only if it does. (The advisory driver writes the row on
 the session holding its lock instead.)
+
+Writing the row may wait (a dispatch transaction of the previous holder still has it locked,
+until the server ends it): a lease whose mirror took a while is renewed at once, so the row and
+the driver do not start the new holder's term already half spent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Protocol, runtime_checkable
 
 from engine.domain.errors import LeaseError
 from engine.ports.lease import Lease, LeasePort
+
+# A mirror write longer than this share of the TTL is followed by a renewal.
+_SLOW_MIRROR_SHARE = 10
 
 
 @runtime_checkable
@@ -41,6 +49,7 @@ class MirroredLease:
         lease = self.driver.acquire(key, token, holder, ttl_ms)
         if lease is None:
             return None
+        started = time.monotonic()  # a duration only: how long the write took
         try:
             self._row.mirror(lease)
         except BaseException:
@@ -48,6 +57,8 @@ class MirroredLease:
             # expires.
             self._give_up(key, token)
             raise
+        if (time.monotonic() - started) * 1000 > ttl_ms // _SLOW_MIRROR_SHARE:
+            return self.renew(key, token, ttl_ms)  # the term starts now, not before the wait
         return lease
 
     def renew(self, key: str, token: str, ttl_ms: int) -> Lease:

@@ -56,6 +56,12 @@ class DatabaseUnreadable(StorageError):
     momentary), then stops rather than serve a file it cannot read."""
 
 
+class DatabaseUnavailable(StorageError):
+    """The database server could not be reached, or the connection to it was lost (a restart,
+    a terminated session, a network cut): nothing is wrong with the database or the URL as far
+    as is known, and trying again later may succeed. A service retries it with backoff."""
+
+
 class LeaseError(VortosError):
     """Base of lease failures."""
 

@@ -253,7 +253,9 @@ class SchedulerDaemon:
             return self._retry_wait(now, exc)
         facts.seconds = time.perf_counter() - started
         self.breaker.succeeded()
-        self._report(report, now)
+        # Lateness as of the commit, not of the step's start: a transaction that waited (for
+        # a lock, a slow server) says how late its fires really went out.
+        self._report(report, max(now, self._clock.now_ms()))
         if observer.active:
             observer.dispatched(report, facts)
         if report.truncated or report.scanned >= self.config.batch:
@@ -407,7 +409,13 @@ class SchedulerDaemon:
         self._observer.lease_contended(self.config.lease_key)
         holder = self._leases.current(self.config.lease_key)
         wait_ms = ttl // 2 if holder is None else min(ttl // 2, holder.expires_at - now)
-        return max(0, wait_ms + self._standby_jitter_ms) / 1000
+        wait_ms += self._standby_jitter_ms
+        # A driver that learns of a dead holder before its lease expires (the advisory lock,
+        # freed when the holder's session ends) asks to be tried this often instead.
+        retry_ms = getattr(self._leases, "standby_retry_ms", None)
+        if isinstance(retry_ms, int) and retry_ms > 0:
+            wait_ms = min(wait_ms, retry_ms)
+        return max(0, wait_ms) / 1000
 
     def _renew(self, now: int) -> bool:
         try:

@@ -1,9 +1,10 @@
 """How a service loop (the daemon's, the consumer's) meets a storage error.
 
 Any storage error is logged and the loop tries again after a backoff: a lock held past the busy
-timeout, a database restarting, a file that reads wrong for a moment (another process touching
-it). Nothing is lost meanwhile: a failed transaction writes nothing, and a claimed fire whose
-settlement cannot be written is claimed again when its claim expires.
+timeout, a database restarting or a lost connection (DatabaseUnavailable, logged as such), a
+file that reads wrong for a moment (another process touching it). Nothing is lost meanwhile: a
+failed transaction writes nothing, and a claimed fire whose settlement cannot be written is
+claimed again when its claim expires.
 
 Only a file that stays unreadable (DatabaseUnreadable: not a database, corrupt, an I/O error,
 cannot be opened) try after try ends the loop, after UNREADABLE_TRIES in a row, with one line
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from engine.domain.errors import DatabaseUnreadable, StorageError
+from engine.domain.errors import DatabaseUnavailable, DatabaseUnreadable, StorageError
 from engine.domain.timeutil import format_duration
 
 FIRST_BACKOFF_S = 0.5
@@ -55,5 +56,9 @@ class StorageRetry:
         else:
             self._unreadable = 0
         backoff = min(FIRST_BACKOFF_S * 2.0 ** min(self._failures - 1, 16), MAX_BACKOFF_S)
-        self._log.error("storage error: %s (retrying in %.1fs)", error, backoff)
+        if isinstance(error, DatabaseUnavailable):
+            # Said as what it is (a lost connection, a server restarting), not as a fault.
+            self._log.warning("%s; retrying in %.1f s", error, backoff)
+        else:
+            self._log.error("storage error: %s (retrying in %.1fs)", error, backoff)
         return backoff

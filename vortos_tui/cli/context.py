@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -16,6 +18,7 @@ from engine import App, CommandRegistry, Engine, ProcessAllowlist, builtin_comma
 from engine.api import EngineConfig, build_engine
 from engine.config import BY_NAME, Settings, load_settings
 from engine.domain.database import Database
+from engine.domain.errors import DatabaseUnavailable
 from engine.plugins.registry import Selection, select_plugins
 
 
@@ -123,12 +126,33 @@ def open_existing(ctx: typer.Context) -> Engine:
     return _open(cli, create=False, control_socket=cli.control_socket)
 
 
-def open_to_serve(ctx: typer.Context, *, node_id: str | None = None) -> Engine:
+# A service starting while its database server is down, restarting, or cutting its sessions
+# waits for it, backing off like this (about a minute in all) before it gives up.
+START_BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 15.0, 15.0)
+_log = logging.getLogger("vortos.run")
+
+
+def open_to_serve(ctx: typer.Context, *, node_id: str | None = None, retry: bool = True) -> Engine:
     """For `vortos run` and `vortos consume`: the process that owns the database opens it
     itself, whatever VORTOS_CONTROL_SOCKET says (it may be the one serving that socket).
     Its daemons lead with the lease driver of `cli.plugins()` (the command's --lease-driver
-    given to `cli.override` first)."""
-    engine = _open(state(ctx), create=True, node_id=node_id)
+    given to `cli.override` first). A server that cannot be reached, or a session lost while
+    opening (DatabaseUnavailable), is tried again with backoff (START_BACKOFF_S), said so;
+    anything else (a wrong URL scheme, database, user or password) fails at once. `retry`
+    False: one try (the caller retries its whole start-up, as `vortos run` does)."""
+    for backoff in (*START_BACKOFF_S, None) if retry else (None,):
+        try:
+            return _open_once(state(ctx), node_id)
+        except DatabaseUnavailable as exc:
+            if backoff is None:
+                raise
+            _log.warning("%s; retrying in %.1f s", exc, backoff)
+            time.sleep(backoff)  # start-up: nothing else to do until the server answers
+    raise AssertionError("unreachable")  # pragma: no cover - the last try returns or raises
+
+
+def _open_once(cli: CliState, node_id: str | None) -> Engine:
+    engine = _open(cli, create=True, node_id=node_id)
     try:
         # A node whose audit key is not the database's stops now, naming both keys, not at
         # its first fire.

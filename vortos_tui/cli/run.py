@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
@@ -16,7 +17,7 @@ from engine.api import Engine, default_node_id
 from engine.config import parse_option
 from engine.domain.approvals import approval_ttl_ms
 from engine.domain.database import POSTGRESQL
-from engine.domain.errors import AuditKeyMissing, InvalidInput
+from engine.domain.errors import AuditKeyMissing, DatabaseUnavailable, InvalidInput
 from engine.domain.timeutil import format_duration, parse_duration
 from engine.file_modes import FileAccess, file_access, tighten_all, use_file_access, vortos_files
 from engine.governance.keys import key_source
@@ -39,7 +40,14 @@ from engine.runtime.daemon import (
     SchedulerDaemon,
 )
 from engine.runtime.nodes import Membership
-from vortos_tui.cli.context import CliState, configured, open_to_serve, operator, state
+from vortos_tui.cli.context import (
+    START_BACKOFF_S,
+    CliState,
+    configured,
+    open_to_serve,
+    operator,
+    state,
+)
 from vortos_tui.cli.demo import seed_demo
 from vortos_tui.cli.doctor import run_doctor
 from vortos_tui.cli.output import handles_errors
@@ -230,21 +238,39 @@ def run(
         approval_ttl=o.approval_ms,
     )
     cli.plugins()
-    with contextlib.ExitStack() as serving:
-        node_ = _start_node(serving, ctx, o, node, trace=trace)
-        engine = node_.engine
-        # Refused beside live nodes of another --shards before anything is written; on a
-        # clean stop the others share this node's shards out at their next beat.
-        membership = Membership(engine.storage.nodes, engine.clock, node, o.shards, o.lease_ttl_ms)
-        membership.join()
-        serving.callback(membership.leave)
-        _serve_operators(serving, engine, cli, o)
-        _sync_static(engine, cli)
-        if demo:
-            added = seed_demo(engine, operator())
-            log.info("demo schedules: %s", ", ".join(added) if added else "already present")
-        _lead_and_consume(node_, cli, o, node, membership, consume=not no_consume)
-        log.info("stopped")
+    # A server down or restarting, or a session cut, while starting (DatabaseUnavailable) is
+    # waited for: the start-up is undone and tried again with backoff, said as what it is.
+    # Once serving, the daemons and consumers retry on their own.
+    backoffs = iter((*START_BACKOFF_S, None))
+    while True:
+        serving_since = False
+        try:
+            with contextlib.ExitStack() as serving:
+                node_ = _start_node(serving, ctx, o, node, trace=trace)
+                engine = node_.engine
+                # Refused beside live nodes of another --shards before anything is written;
+                # on a clean stop the others share this node's shards out at their next beat.
+                membership = Membership(
+                    engine.storage.nodes, engine.clock, node, o.shards, o.lease_ttl_ms
+                )
+                membership.join()
+                serving.callback(membership.leave)
+                _serve_operators(serving, engine, cli, o)
+                _sync_static(engine, cli)
+                if demo:
+                    added = seed_demo(engine, operator())
+                    log.info("demo schedules: %s", ", ".join(added) if added else "already present")
+                serving_since = True
+                _lead_and_consume(node_, cli, o, node, membership, consume=not no_consume)
+                log.info("stopped")
+        except DatabaseUnavailable as exc:
+            backoff = next(backoffs)
+            if serving_since or backoff is None:
+                raise
+            log.warning("%s; retrying in %.1f s (starting over)", exc, backoff)
+            time.sleep(backoff)  # starting: nothing else to do until the server answers
+        else:
+            return
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +293,7 @@ def _start_node(
     serving.callback(telemetry.close)
     access = file_access(o.control_group, cli.settings.operator_file_access)
     use_file_access(access)  # what it creates: its --control-group's, not only the setting's
-    engine = serving.enter_context(open_to_serve(ctx, node_id=node))
+    engine = serving.enter_context(open_to_serve(ctx, node_id=node, retry=False))
     _make_files_private(cli, access)
     # Built before anything is written: a plug-in that fails to start changes nothing.
     plugins = start_plugins(engine, cli, node, telemetry, ship_audit=True)

@@ -14,6 +14,13 @@ a deposed holder's late write can never put its token back into the row.
 
 Tokens asking through the same instance share its session's lock; between them the row decides,
 as it does for the row lease.
+
+A standby asks again every STANDBY_RETRY_MS (`standby_retry_ms`, which the daemon reads), not
+at the holder's expiry: a killed holder's socket closes, the server ends its session and frees
+the lock at once, and the next ask takes it. A release notifies the change channel too. The
+session has the engine's limits (connection.limit_session), and each of its transactions on the
+row limits its own idle time and waits to a third of the TTL: a holder frozen between its
+statements loses its transaction (and the row lock) long before its lease could lapse.
 """
 
 from __future__ import annotations
@@ -25,11 +32,12 @@ from contextlib import suppress
 from typing import NoReturn, TypeVar
 
 from engine.backends.postgres.connection import (
-    CONNECT_TIMEOUT_S,
     PgPool,
     Row,
     advisory_key,
+    connect_kwargs,
     first,
+    limit_session,
     redact,
     require_driver,
     scalar,
@@ -53,6 +61,14 @@ T = TypeVar("T")
 
 # How long a contender waits for the backend it terminated to exit (and free its lock).
 TERMINATE_WAIT_MS = 5000
+# How often a standby tries the lock: a round trip each, and a killed holder replaced that soon.
+STANDBY_RETRY_MS = 250
+# A transaction on the lease row may idle, wait or run this share of the TTL at most.
+_TX_LIMIT_SHARE = 3
+_LIMIT_TX = (
+    "SELECT set_config('idle_in_transaction_session_timeout', %(limit)s, true), "
+    "set_config('statement_timeout', %(limit)s, true), set_config('lock_timeout', %(limit)s, true)"
+)
 
 _SELECT = (
     "SELECT key, token, holder, acquired_at, renewed_at, expires_at FROM leases WHERE key = %s"
@@ -80,8 +96,15 @@ _LOCK_HOLDER = (
 )
 
 
+def _limit_tx(conn: psycopg.Connection[Row], ttl_ms: int) -> None:
+    """Bound the open transaction's idle time, statements and lock waits (see the module)."""
+    conn.execute(_LIMIT_TX, {"limit": str(max(100, ttl_ms // _TX_LIMIT_SHARE))})
+
+
 class PostgresAdvisoryLease:
     """The lease on `key` held as a session advisory lock, mirrored into the `leases` row."""
+
+    standby_retry_ms = STANDBY_RETRY_MS
 
     def __init__(self, url_or_pool: str | PgPool, clock: Clock, row: PostgresLease) -> None:
         require_driver()
@@ -110,8 +133,9 @@ class PostgresAdvisoryLease:
                 self._refuse_unlocked(key, token)
             try:
                 with conn.transaction():
-                    now = self._clock.now_ms()
+                    _limit_tx(conn, ttl_ms)
                     row = first(conn, f"{_SELECT} FOR UPDATE", (key,))
+                    now = self._clock.now_ms()  # after any wait for the row
                     if row is None or row[1] != token:
                         raise LeaseNotOwned(f"lease {key} is not held by this token")
                     if row[5] <= now:
@@ -148,12 +172,10 @@ class PostgresAdvisoryLease:
         if self._conn is not None and not self._lost():
             return self._conn
         conn: psycopg.Connection[Row] = psycopg.connect(
-            self.url,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
-            application_name="vortos-lease",
+            self.url, **connect_kwargs(self.url), application_name="vortos-lease"
         )
         try:
+            limit_session(conn)
             self._schema = str(scalar(conn, "SELECT current_schema()"))
         except BaseException:
             conn.close()
@@ -204,8 +226,9 @@ class PostgresAdvisoryLease:
             self._held.add(key)
         try:
             with conn.transaction():
-                now = self._clock.now_ms()
+                _limit_tx(conn, ttl_ms)
                 row = first(conn, f"{_SELECT} FOR UPDATE", (key,))
+                now = self._clock.now_ms()  # after any wait for the row: a lease not lapsed
                 live = row is not None and row[5] > now
                 # A lock newly obtained means its previous session is gone: its row, live or
                 # not, is taken over. Within this session the row decides between tokens.
@@ -273,6 +296,8 @@ class PostgresAdvisoryLease:
             conn.execute(
                 "DELETE FROM lease_sessions WHERE key = %s AND pid = pg_backend_pid()", (key,)
             )
+            # Standbys asleep in the change feed wake at the commit and take the lock.
+            conn.execute("SELECT pg_notify('vortos', current_schema())")
 
     def _refuse_unlocked(self, key: str, token: str) -> NoReturn:
         """Renewal by a token whose session does not hold the lock: raise what the contract

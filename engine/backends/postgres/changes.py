@@ -18,7 +18,12 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from engine.backends.postgres.connection import CONNECT_TIMEOUT_S, PgPool
+from engine.backends.postgres.connection import (
+    CONNECT_TIMEOUT_S,
+    PgPool,
+    connect_kwargs,
+    limit_session,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -37,11 +42,6 @@ _LOOK_EVERY_S = 0.025
 _START_TIMEOUT_S = float(CONNECT_TIMEOUT_S)
 _RECONNECT_FIRST_S = 0.1
 _RECONNECT_MAX_S = 5.0
-# A server that vanished without closing the connection (a host down, a cable cut) is noticed
-# by TCP keepalives, after about a minute, instead of never.
-_KEEPALIVE_IDLE_S = 30
-_KEEPALIVE_INTERVAL_S = 10
-_KEEPALIVE_COUNT = 3
 
 
 def _first_line(exc: Exception) -> str:
@@ -159,16 +159,19 @@ class PostgresChangeFeed:
     def _connect(self) -> psycopg.Connection[Row]:
         import psycopg  # noqa: PLC0415 - the postgres extra
 
-        return psycopg.connect(
+        # The engine's session limits and keepalives: a server that vanished without closing
+        # the connection (a host down, a cable cut) is noticed instead of never.
+        conn = psycopg.connect(
             self._pool.url,
-            autocommit=True,
-            connect_timeout=CONNECT_TIMEOUT_S,
+            **connect_kwargs(self._pool.url),
             application_name=LISTENER_NAME.strip(),
-            keepalives=1,
-            keepalives_idle=_KEEPALIVE_IDLE_S,
-            keepalives_interval=_KEEPALIVE_INTERVAL_S,
-            keepalives_count=_KEEPALIVE_COUNT,
         )
+        try:
+            limit_session(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _drain(self, conn: psycopg.Connection[Row], schema: str | None) -> None:
         """Count this schema's notifications until close() or the connection breaks."""

@@ -12,6 +12,7 @@ which discards it, and the thread's next call gets a fresh one.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import socket
 import threading
@@ -23,7 +24,7 @@ from urllib.parse import urlsplit
 
 from engine.backends.postgres.dialect import DIALECT
 from engine.backends.sql import Args
-from engine.domain.errors import StorageError, VortosError
+from engine.domain.errors import DatabaseUnavailable, StorageError, VortosError
 from engine.domain.redact import redact_url, remember, scrub, scrub_echoes
 
 try:  # the `postgres` extra
@@ -43,7 +44,68 @@ POOL_MAX = 16
 POOL_TIMEOUT_S = 30.0
 MIGRATE_HINT = "run `vortos --db URL db migrate` to create or upgrade it"
 
+# Every engine session (the pool's, the advisory lease's, the change listener's) is opened with
+# these server-side limits, so nothing a stuck client holds outlives them: a statement, a wait
+# for a lock, a transaction left idle (a process frozen or partitioned mid-transaction: the
+# server ends its session and frees its locks). The hot lease paths tighten them further, to
+# the lease's own remaining life (dispatch, the lease statements). A migration lifts them.
+STATEMENT_TIMEOUT_MS = 60_000
+LOCK_TIMEOUT_MS = 10_000
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 15_000
+# TCP keepalives on both ends: the server notices a client host that vanished (and frees its
+# locks) and the client a server that did, in about idle + interval x count seconds instead of
+# the kernel's two hours.
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 3
+SESSION_SETTINGS: dict[str, str] = {
+    "statement_timeout": str(STATEMENT_TIMEOUT_MS),
+    "lock_timeout": str(LOCK_TIMEOUT_MS),
+    "idle_in_transaction_session_timeout": str(IDLE_IN_TRANSACTION_TIMEOUT_MS),
+    "tcp_keepalives_idle": str(KEEPALIVE_IDLE_S),
+    "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL_S),
+    "tcp_keepalives_count": str(KEEPALIVE_COUNT),
+}
+_SET_SESSION = "SELECT " + ", ".join(
+    f"set_config('{name}', %s, false)" for name in SESSION_SETTINGS
+)
+# libpq's client-side keepalives, unless the URL sets its own.
+_CLIENT_KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": KEEPALIVE_IDLE_S,
+    "keepalives_interval": KEEPALIVE_INTERVAL_S,
+    "keepalives_count": KEEPALIVE_COUNT,
+}
+# How libpq and the server say a session ended under the client (server restart, backend
+# terminated, network cut), as opposed to a connection that could never be made.
+_LOST_MARKERS = (
+    "server closed the connection unexpectedly",
+    "terminating connection",
+    "connection is lost",
+    "the connection is closed",
+    "consuming input failed",
+    "could not receive data from server",
+    "could not send data to server",
+    "connection reset",
+    "broken pipe",
+    "ssl syscall error",
+    "eof detected",
+    "idle-in-transaction timeout",
+)
+# A server that is not (yet) there: refused, unreachable, starting up or shutting down.
+_UNREACHABLE_MARKERS = (
+    "connection refused",
+    "timeout expired",
+    "no route to host",
+    "network is unreachable",
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+)
+
 Row = tuple[Any, ...]
+log = logging.getLogger("vortos.postgres")
 
 
 # The one redactor's, under the name the PostgreSQL modules (and their users) import.
@@ -74,7 +136,7 @@ def translate(exc: Exception, where: str, url: str | None = None) -> StorageErro
     said = scrub(str(exc)) if url is None else scrub_echoes(str(exc), url)
     text = said.strip().splitlines()[0] if said.strip() else type(exc).__name__
     if isinstance(exc, PoolTimeout):
-        return StorageError(
+        return DatabaseUnavailable(
             f"database {where}: no connection could be made within {POOL_TIMEOUT_S:.0f}s; "
             "check that the server is up and reachable, and that it accepts this many clients"
         )
@@ -95,20 +157,66 @@ def translate(exc: Exception, where: str, url: str | None = None) -> StorageErro
         return StorageError(
             f"database {where} is read-only here ({text}); point --db at the primary"
         )
+    if _session_lost(exc, said):
+        return DatabaseUnavailable(f"lost the connection to database {where}: {_detail(said)}")
     if isinstance(exc, psycopg.OperationalError):
         return _connect_error(said, where)
     return StorageError(f"database {where}: {text}")
 
 
-def _connect_error(message: str, where: str) -> StorageError:
-    """libpq's connection failures carry no SQLSTATE: the remedy is chosen from the text."""
+def _session_lost(exc: Exception, said: str) -> bool:
+    """Whether `exc` ended a session that was working (not a connection never made)."""
+    if isinstance(
+        exc,
+        pg_errors.AdminShutdown
+        | pg_errors.CrashShutdown
+        | pg_errors.IdleInTransactionSessionTimeout,
+    ):
+        return True
+    if not isinstance(exc, psycopg.OperationalError) or said.lstrip().startswith(
+        "connection failed"
+    ):
+        return False
+    lowered = said.lower()
+    return any(marker in lowered for marker in _LOST_MARKERS)
+
+
+def _detail(message: str) -> str:
+    """libpq's first line, without its prefixes."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     detail = lines[0] if lines else "connection failed"
-    for prefix in ("connection failed: ", "connection is bad: "):
+    for prefix in ("connection failed: ", "connection is bad: ", "consuming input failed: "):
         detail = detail.removeprefix(prefix)
     if "FATAL:" in detail:
         detail = detail.split("FATAL:", 1)[1].strip()
+    return detail
+
+
+def connect_kwargs(url: str) -> dict[str, Any]:
+    """What every engine connection is opened with besides the URL: autocommit, the connect
+    timeout, libpq's TCP keepalives (unless the URL chose its own)."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    keepalives = {k: v for k, v in _CLIENT_KEEPALIVES.items() if k not in given}
+    return {"autocommit": True, "connect_timeout": CONNECT_TIMEOUT_S, **keepalives}
+
+
+def limit_session(conn: psycopg.Connection[Row]) -> None:
+    """Give a new engine session its server-side limits (SESSION_SETTINGS), in one round
+    trip. The connection must be in autocommit (or the settings would end with a rollback)."""
+    conn.execute(_SET_SESSION, tuple(SESSION_SETTINGS.values()))
+
+
+def _connect_error(message: str, where: str) -> StorageError:
+    """libpq's connection failures carry no SQLSTATE: the remedy is chosen from the text."""
+    detail = _detail(message)
     lowered = detail.lower()
+    if any(marker in lowered for marker in _UNREACHABLE_MARKERS):
+        # Down, restarting, or not where the URL says: only time tells which.
+        return DatabaseUnavailable(
+            f"cannot connect to database {where}: {detail}; check that the server is running "
+            "and accepts connections from this host (it may be restarting), and the URL's host "
+            "and port"
+        )
     if "database" in lowered and "does not exist" in lowered:
         remedy = "create it (createdb NAME) or fix the database name in the URL"
     elif "role" in lowered and "does not exist" in lowered:
@@ -177,11 +285,7 @@ class PgPool:
             max_size=max_size,
             open=False,
             timeout=POOL_TIMEOUT_S,
-            kwargs={
-                "autocommit": True,
-                "connect_timeout": CONNECT_TIMEOUT_S,
-                "application_name": application_name(),
-            },
+            kwargs={**connect_kwargs(url), "application_name": application_name()},
             configure=self._configure,
             name="vortos",
         )
@@ -189,6 +293,7 @@ class PgPool:
 
     def _configure(self, conn: psycopg.Connection[Row]) -> None:
         conn.autocommit = True
+        limit_session(conn)
         if self.readonly:
             # A reader (the CLI's reads, the doctor) cannot write even by mistake.
             conn.execute("SET default_transaction_read_only = on")
@@ -197,7 +302,7 @@ class PgPool:
         """One direct connection first: a wrong host, database, user or password is reported
         at once, with the server's reason, instead of as a pool timeout after retries."""
         try:
-            psycopg.connect(self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S).close()
+            psycopg.connect(self.url, **connect_kwargs(self.url)).close()
         except psycopg.Error as exc:
             raise translate(exc, self.where, self.url) from None
 
@@ -216,6 +321,19 @@ class PgPool:
         return conn
 
     def read(self, sql: str, args: Args = ()) -> list[Row]:
+        conn = self.get()
+        if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            # Outside a transaction a read can be asked again: a session the server ended
+            # since this thread last used it (a restart, pg_terminate_backend) costs nothing
+            # but a new connection.
+            try:
+                return conn.execute(sql, args).fetchall()
+            except psycopg.Error as exc:
+                error = translate(exc, self.where)
+                if not (conn.broken and isinstance(error, DatabaseUnavailable)):
+                    raise error from None
+                log.warning("%s; reading again on a new connection", error)
+                self.release_current()
         with storage_errors(self.where):
             return self.get().execute(sql, args).fetchall()
 
@@ -335,6 +453,12 @@ def migrate(conn: psycopg.Connection[Row], where: str) -> tuple[int | None, int]
     from engine.backends.postgres.migrations import MIGRATIONS  # noqa: PLC0415
 
     with write_tx(conn):
+        # A migration may wait for another one and rewrite big tables: no engine limit on it.
+        conn.execute(
+            "SELECT set_config('lock_timeout', '0', true), "
+            "set_config('statement_timeout', '0', true), "
+            "set_config('idle_in_transaction_session_timeout', '0', true)"
+        )
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATE_LOCK,))
         current = scalar(conn, "SELECT current_schema()")
         if current is None:

@@ -7,7 +7,11 @@ fire and cursor move, and the audit entries (see audit.append_in).
 Nothing serialises writers globally here, so the transaction takes the locks its guarantee
 needs:
 - the lease row FOR SHARE: an acquirer's update of the row waits for this transaction to end,
-  so the lease cannot change hands between the check and the commit (fencing);
+  so the lease cannot change hands between the check and the commit (fencing). That lock must
+  never outlive the lease: the statement that takes it limits the transaction's statements,
+  lock waits and idle time to the lease's remaining life, so a leader frozen (SIGSTOP) or cut
+  off mid-transaction has its session ended by the server by the time its lease expires, and
+  a standby takes over the row then, not whenever the leader thaws;
 - the due schedules FOR UPDATE SKIP LOCKED: a row an operator is changing is left for the next
   transaction instead of waited on, and the rows locked are re-read as they are now;
 - the runs' unique slot key: a slot dispatched before (a crash after commit, a stale cursor,
@@ -21,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.backends.fairness import fair_share
 from engine.backends.postgres.audit import PostgresAuditLog, append_in
-from engine.backends.postgres.connection import PgPool, Row, first, rows
+from engine.backends.postgres.connection import PgPool, Row, rows
 from engine.backends.sql.dispatch import (
     ACTIVE,
     DUE_COLUMNS,
@@ -40,11 +44,18 @@ if TYPE_CHECKING:
     import psycopg
 
 # The transaction's own cursor moves wake nobody (see the schema's notify trigger): only the
-# leader acts on them. Set in the statement that checks the lease, to save a round trip.
+# leader acts on them. Set in the statement that checks the lease, to save a round trip, with
+# the limits that keep this transaction's lock on the row from outliving the lease (the
+# lease's remaining life, at least _MIN_LIMIT_MS: a limit of 0 would mean none).
+_LIMIT = "greatest(%(floor)s, expires_at - %(now)s)::text"
 _FENCE = (
-    "SELECT set_config('vortos.quiet', 'on', true), token, expires_at "
-    "FROM leases WHERE key = %s FOR SHARE"
+    "SELECT set_config('vortos.quiet', 'on', true), token, expires_at, "
+    f"set_config('idle_in_transaction_session_timeout', {_LIMIT}, true), "
+    f"set_config('statement_timeout', {_LIMIT}, true), "
+    f"set_config('lock_timeout', {_LIMIT}, true) "
+    "FROM leases WHERE key = %(key)s FOR SHARE"
 )
+_MIN_LIMIT_MS = 100
 _SHARD = " AND mod(shard_key, %(count)s) = %(index)s"
 _DUE = (
     f"SELECT {DUE_COLUMNS} FROM schedules WHERE {ACTIVE} AND next_fire_at <= %(until)s"
@@ -97,8 +108,11 @@ def _rows(conn: psycopg.Connection[Row], sql: str, args: Mapping[str, Any]) -> l
 
 class PostgresDispatcher(SqlDispatcher[PgPool]):
     def __init__(self, pool: PgPool, audit: PostgresAuditLog) -> None:
+        # The store's clock, read again before the fires are written, for their
+        # dispatched_at: a transaction that waited records when it wrote, not its step's start.
         super().__init__(pool)
         self._audit = audit
+        self._clock = audit.clock
 
     def _shard(self, shard: tuple[int, int] | None) -> tuple[str, dict[str, int]]:
         return _shard_args(shard)
@@ -120,7 +134,8 @@ class PostgresDispatcher(SqlDispatcher[PgPool]):
         self._audit.keys()  # before any lock is taken: it may have to be loaded
         report = DispatchReport()
         with self._pool.transaction() as conn:
-            lease = first(conn, _FENCE, (lease_key,))
+            fence = _rows(conn, _FENCE, {"key": lease_key, "now": now_ms, "floor": _MIN_LIMIT_MS})
+            lease = fence[0] if fence else None
             check_fence(lease_key, token, now_ms, None if lease is None else (lease[1], lease[2]))
             until = now_ms if until_ms is None else until_ms
             due = _rows(
@@ -132,15 +147,18 @@ class PostgresDispatcher(SqlDispatcher[PgPool]):
                 return report
             self._load_definitions(conn, due)
             plans, moves = plan_due(due, self._definition, resolve, now_ms, node_id, limit, report)
-            landed = self._write(conn, plans, moves, now_ms, node_id)
+            # The instant the fires are written, after any wait of this transaction (for the
+            # lease row, a schedule's row): their dispatched_at, and what lateness is of.
+            written_at = max(now_ms, self._clock.now_ms())
+            landed = self._write(conn, plans, moves, written_at, node_id)
             runs = [
-                fire._replace(run_id=landed[(fire.tenant, fire.slot_key)])
+                fire._replace(run_id=landed[(fire.tenant, fire.slot_key)], dispatched_at=written_at)
                 for fire in (plan[0] for plan in plans)
                 if (fire.tenant, fire.slot_key) in landed
             ]
             report.already_dispatched = len(plans) - len(runs)
             # The batch's audit entry commits with its fires: no fire without its record.
-            append_in(conn, fired(runs), now_ms, self._audit)
+            append_in(conn, fired(runs), written_at, self._audit)
         report.dispatched = runs
         return report
 

@@ -4,7 +4,12 @@ mirroring it are engine.backends.sql.leases').
 No table lock and no transaction spanning a read and a write: acquire is one upsert whose
 update applies only when the row has expired or is the caller's own, so two contenders racing
 for a free or expired key serialise on the row and the second one sees the first one's lease.
-Expiry is judged on the injected clock (the database server's in a deployment).
+Expiry is judged on the injected clock (the database server's in a deployment), read again
+after any wait: an upsert that waited for the row (another transaction held it) writes a lease
+that starts when the row was granted, not one already expired.
+
+Giving the lease up notifies the change channel in the same statement, so standbys asleep in
+the change feed wake and take it at once instead of at their next look.
 
 `mirror` and `unmirror` copy a lease held elsewhere (a Redis key, an advisory lock) into the
 row that dispatch fences on.
@@ -28,6 +33,15 @@ _ACQUIRE = (
     "WHERE leases.expires_at <= %(now)s OR leases.token = %(token)s "
     f"RETURNING {COLUMNS}"
 )
+# A wake-up for every listener of this schema (engine.backends.postgres.changes), sent on commit.
+_NOTIFY = "pg_notify('vortos', current_schema())"
+_RELEASE = (
+    "WITH gone AS (DELETE FROM leases WHERE key = %s AND token = %s RETURNING 1) "
+    f"SELECT {_NOTIFY} FROM gone"
+)
+# Longer than this between reading the clock and the row's answer means the statement waited
+# (for the row's lock, the server): the lease it wrote is re-dated from a new reading.
+_WAITED_MS = 100
 _RENEW = (
     "UPDATE leases SET renewed_at = %(now)s, expires_at = %(expires)s "
     "WHERE key = %(key)s AND token = %(token)s AND expires_at > %(now)s "
@@ -44,6 +58,12 @@ class PostgresLease(SqlLease[PgPool]):
             now = self._clock.now_ms()
             args = {"key": key, "token": token, "holder": holder, "now": now}
             won = conn.execute(_ACQUIRE, {**args, "expires": now + ttl_ms}).fetchone()
+            after = self._clock.now_ms()
+            if won is not None and after - now > min(_WAITED_MS, ttl_ms // 10):
+                # It waited for the row: date the lease from now, or lose it if it lapsed
+                # meanwhile and someone else took it (the same statement, our own token).
+                args["now"] = after
+                won = conn.execute(_ACQUIRE, {**args, "expires": after + ttl_ms}).fetchone()
         return None if won is None else Lease(*won)
 
     def renew(self, key: str, token: str, ttl_ms: int) -> Lease:
@@ -62,11 +82,14 @@ class PostgresLease(SqlLease[PgPool]):
     def release(self, key: str, token: str) -> None:
         conn = self._pool.get()
         with storage_errors(self._pool.where):
-            if first(
-                conn, "DELETE FROM leases WHERE key = %s AND token = %s RETURNING 1", (key, token)
-            ):
+            if first(conn, _RELEASE, (key, token)):
                 return
             row = first(conn, self._select, (key,))
         if row is not None and row[5] > self._clock.now_ms():
             raise not_released(key, row)
         # Missing, or expired and not ours: nothing to give up.
+
+    def unmirror(self, key: str, token: str) -> None:
+        """Delete the row of `key` if `token` holds it, waking standbys (see release)."""
+        with storage_errors(self._pool.where):
+            first(self._pool.get(), _RELEASE, (key, token))

@@ -263,6 +263,11 @@ class SqlAuditLog(Generic[P]):
         # The newest key whose lineage this process checked (once per key, not per write).
         self._lineage_held: str | None = None
 
+    @property
+    def clock(self) -> Clock:
+        """The store's clock (dispatch reads it again after a wait, for dispatched_at)."""
+        return self._clock
+
     def keys(self) -> KeyRing:
         """The key ring, loaded on first need (a database that is only read never needs it)."""
         with self._lock:

@@ -53,8 +53,11 @@ _ADVANCE = "UPDATE schedules SET next_slot_at = ?, next_fire_at = ? WHERE id = ?
 
 class SqliteDispatcher(SqlDispatcher[ConnectionPool]):
     def __init__(self, pool: ConnectionPool, audit: SqliteAuditLog) -> None:
+        # The store's clock, read again before the fires are written, for their
+        # dispatched_at: a transaction that waited records when it wrote, not its step's start.
         super().__init__(pool)
         self._audit = audit
+        self._clock = audit.clock
 
     def _shard(self, shard: tuple[int, int] | None) -> tuple[str, dict[str, int]]:
         check_shard(shard)
@@ -94,9 +97,14 @@ class SqliteDispatcher(SqlDispatcher[ConnectionPool]):
             planned, advances = plan_due(
                 due, self._definition, resolve, now_ms, node_id, limit, report
             )
-            runs = [fire._replace(run_id=first_id + n) for n, (fire, _, _) in enumerate(planned)]
+            # After any wait for the write lock (busy timeout): when the fires are written.
+            written_at = max(now_ms, self._clock.now_ms())
+            runs = [
+                fire._replace(run_id=first_id + n, dispatched_at=written_at)
+                for n, (fire, _, _) in enumerate(planned)
+            ]
             fires = [
-                (r.run_id, r.tenant, r.schedule_id, r.slot_at, cmd, payload, r.due_at, now_ms)
+                (r.run_id, r.tenant, r.schedule_id, r.slot_at, cmd, payload, r.due_at, written_at)
                 for r, (_, cmd, payload) in zip(runs, planned, strict=True)
             ]
             before = conn.total_changes()
@@ -113,7 +121,7 @@ class SqliteDispatcher(SqlDispatcher[ConnectionPool]):
             conn.executemany(_INSERT_FIRES, fires)
             conn.executemany(_ADVANCE, advances)
             # The batch's audit entry commits with its fires: no fire without its record.
-            append_in(conn, fired(runs), now_ms, self._audit)
+            append_in(conn, fired(runs), written_at, self._audit)
         report.dispatched = runs
         return report
 
