@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from engine.backends.postgres.arrays import array_literal
+from engine.backends.postgres.arrays import array_literal, int_array
 
 # The array type a column of values is sent as, by the Python type of its values.
 _ARRAY_TYPES: tuple[tuple[type, str], ...] = (
@@ -26,10 +26,10 @@ _MARK = "%s"
 _WHERE = " WHERE "
 
 
-def _array_type(values: Sequence[Any]) -> str | None:
-    """The SQL type of an array of `values` (None among them), or None when they have no one
-    type here."""
-    kinds = {type(v) for v in values} - {type(None)}
+def _array_type(kinds: set[type]) -> str | None:
+    """The SQL type of an array of values of `kinds` (NoneType among them), or None when they
+    have no one type here."""
+    kinds = kinds - {type(None)}
     for kind, sql in _ARRAY_TYPES:
         if kinds == {kind}:
             return sql
@@ -64,17 +64,17 @@ def batched_update(one_row: str, rows: Sequence[Sequence[Any]]) -> tuple[str, li
     arrays: list[str] = []
     array_args: list[str] = []
     for i, values in enumerate(columns):
-        first = values[0]
-        if i != before and all(v == first and type(v) is type(first) for v in values):
+        kinds = set(map(type, values))
+        if i != before and len(kinds) == 1 and values.count(values[0]) == len(values):
             names.append(_MARK)  # one value for every row: a parameter, typed by its place
-            (head_args if i < before else tail_args).append(first)
+            (head_args if i < before else tail_args).append(values[0])
             continue
-        sql_type = _array_type(values)
+        sql_type = _array_type(kinds)
         if sql_type is None:
             return None
         names.append(f"u.c{i}")
         arrays.append(f"{_MARK}::{sql_type}[]")
-        array_args.append(array_literal(values))
+        array_args.append(int_array(values) if kinds == {int} else array_literal(values))
     text = parts[0]
     for name, part in zip(names, parts[1:], strict=True):
         text += name + part

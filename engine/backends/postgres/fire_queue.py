@@ -322,7 +322,8 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             "consumer": claim.consumer,
             "now": now,
             "ids": int_array(run_ids),
-            "rows": array_literal(rows_of[rid] for rid in run_ids),
+            # A row address is "(block,offset)": quoted, it needs no escaping.
+            "rows": '{"' + '","'.join(rows_of[rid] for rid in run_ids) + '"}',
         }
         claim.fires = [fire_from_row(r) for r in _named(conn, _TAKE, args)]
 
