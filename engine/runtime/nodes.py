@@ -92,6 +92,7 @@ class Membership:
         self._beaten_at: int | None = None
         self._read_at = 0
         self._beats: list[NodeBeat] = []  # the last read of the registry
+        self._mismatch_seen: set[str] = set()  # nodes of another shard count, logged once
         self.share: frozenset[int] = frozenset()
         self.live: list[str] = []
 
@@ -163,9 +164,23 @@ class Membership:
         """This node's share among the nodes of the last read still alive at `now`."""
         if self.shards == 1:
             return
-        live = sorted(
-            {b.node_id for b in self._beats if b.expires_at > now} | {self.node_id}
-        )  # our own row counts whatever a skewed read said
+        alive = [b for b in self._beats if b.expires_at > now and b.node_id != self.node_id]
+        for beat in mismatched(alive, self.shards):
+            # Started beside this one at the same moment, or by a Vortos that does not
+            # refuse: it leads other leases, so it gets no share here (every shard of ours
+            # keeps a leader); the doctor names it too (cluster.nodes).
+            if beat.node_id not in self._mismatch_seen:
+                self._mismatch_seen.add(beat.node_id)
+                log.error(
+                    "node %s runs with --shards %d, this one (%s) with %d: every node must "
+                    "use the same count; restart it (or this one) with the others' count",
+                    beat.node_id,
+                    beat.shards,
+                    self.node_id,
+                    self.shards,
+                )
+        # Our own row counts whatever a skewed read said.
+        live = sorted({b.node_id for b in alive if b.shards == self.shards} | {self.node_id})
         if live == self.live:
             return
         share = frozenset(share_out(live, self.shards)[self.node_id])
