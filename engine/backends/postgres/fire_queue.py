@@ -26,6 +26,7 @@ lock: a superseded token is reported stale and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeAlias
 
 import psycopg
@@ -54,7 +55,7 @@ from engine.backends.sql.fire_rows import (
 )
 from engine.domain.overlap import Candidate, ClaimPlan, plan_claim
 from engine.domain.run import NewRun, RunState
-from engine.domain.schedule import OverlapPolicy
+from engine.domain.schedule import OverlapPolicy, ScheduleStatus
 from engine.ports.fire_queue import Claim, Outcome
 
 Conn: TypeAlias = psycopg.Connection[Row]
@@ -99,6 +100,15 @@ _LOCK_FIRES = "SELECT c.run_id, c.ctid " + _BY_ID.format(
         f"WHERE f.run_id = i.id AND {_CLAIMABLE_ID} FOR UPDATE SKIP LOCKED"
     )
 )
+# The live claims of the schedules a claim locked exclusively.
+_LIVE = (
+    "SELECT schedule_id, run_id FROM fire_queue WHERE lease_token IS NOT NULL "
+    "AND consumed_till > %s AND schedule_id = ANY(%s::text[]) ORDER BY run_id"
+)
+# The definitions of the schedules a claim locked shared.
+_DEFINITIONS = "SELECT id, overlap, status FROM schedules WHERE id = ANY(%s::text[])"
+_POLICIES = {p.value: p for p in OverlapPolicy}
+_ACTIVE = ScheduleStatus.ACTIVE.value
 _TRY_LOCKS = (
     "SELECT sid FROM unnest(%s::text[], %s::bigint[], %s::boolean[]) AS t(sid, k, exclusive) "
     "WHERE CASE WHEN exclusive THEN pg_try_advisory_xact_lock(k) "
@@ -161,13 +171,13 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
         if commands is not None:
             args["commands"] = array_literal(sorted(commands))
             only = " AND f.command = ANY(%(commands)s::text[])"
-        seen, running = self._scan(conn, args, only)
+        seen, available, running = self._scan(conn, args, only)
         locked = self._lock_schedules(conn, seen, running, limit)
         # A deleted schedule's fires are skipped whatever else happens: they need no lock.
-        ids = [c.run_id for c in seen if c.policy is None or c.schedule_id in locked]
-        if not ids:
+        seen = [c for c in seen if c.policy is None or c.schedule_id in locked]
+        if not seen:
             return
-        running, found = self._reread(conn, now, ids, locked)
+        running, found = self._reread(conn, now, seen, available, locked)
         plan, rows_of = self._lock_plan(conn, args, found, running, limit)
         self._apply_claim(conn, claim, plan.claim, rows_of, now)
         self._finish_unrun(conn, plan.skip, plan.cancel, now)
@@ -191,10 +201,11 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
     @staticmethod
     def _scan(
         conn: Conn, args: dict[str, Any], only: str
-    ) -> tuple[list[Candidate], dict[str, list[int]]]:
-        """Read without locks: the fires a claim may take, oldest available first, and the
-        schedules with fires under a live claim (each by its newest such fire: what a plan
-        needs of them before their schedules are locked and their claims read again)."""
+    ) -> tuple[list[Candidate], dict[int, int], dict[str, list[int]]]:
+        """Read without locks: the fires a claim may take, oldest available first (and when
+        each became available), and the schedules with fires under a live claim (each by its
+        newest such fire: what a plan needs of them before their schedules are locked and
+        their claims read again)."""
         running: dict[str, list[int]] = {}
         defined: dict[str, tuple[str | None, str | None]] = {}
         for sid, newest, overlap, status in rows(conn, _RUNNING, (args["now"],)):
@@ -205,30 +216,54 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
         found = _named(
             conn, sql, {**args, "held": array_literal(held), "looked": array_literal(looked)}
         )
-        return [candidate_from_row(r) for r in sorted(found, key=lambda r: (r[5], r[0]))], running
+        found.sort(key=lambda r: (r[5], r[0]))
+        return [candidate_from_row(r) for r in found], {r[0]: r[5] for r in found}, running
 
     @staticmethod
     def _reread(
-        conn: Conn, now: int, ids: list[int], locked: Mapping[str, bool]
+        conn: Conn,
+        now: int,
+        seen: list[Candidate],
+        available: Mapping[int, int],
+        locked: Mapping[str, bool],
     ) -> tuple[dict[str, list[int]], list[Candidate]]:
         """Under the schedules' locks (a consumer that held one before has committed by now),
-        the live claims of the exclusively locked schedules and the fires seen that are still
-        claimable, in one round trip. A schedule whose policy became other than allow under
-        a shared lock is left for a later claim."""
+        in one round trip: the live claims of the exclusively locked schedules and those of
+        their fires seen (and a deleted schedule's) that are still claimable; the definitions
+        of the schedules locked shared (allow: their fires run side by side, so only the
+        definition decides, and each fire is checked again when its row is locked). A
+        schedule whose policy became other than allow under a shared lock is left for a
+        later claim."""
         exclusive = sorted(sid for sid, alone in locked.items() if alone)
-        with conn.pipeline():
-            live = conn.execute(
-                "SELECT schedule_id, run_id FROM fire_queue WHERE lease_token IS NOT NULL "
-                "AND consumed_till > %s AND schedule_id = ANY(%s::text[]) ORDER BY run_id",
-                (now, array_literal(exclusive)),
-            )
-            fresh = conn.execute(_RESCAN, {"now": now, "ids": int_array(ids)})
+        shared = {sid for sid, alone in locked.items() if not alone}
+        again = [c.run_id for c in seen if c.schedule_id not in shared]
+        live = fresh = defined = None
+        with conn.pipeline():  # only what this claim needs of the three, in one round trip
+            if exclusive:
+                live = conn.execute(_LIVE, (now, array_literal(exclusive)))
+            if again:
+                fresh = conn.execute(_RESCAN, {"now": now, "ids": int_array(again)})
+            if shared:
+                defined = conn.execute(_DEFINITIONS, (array_literal(sorted(shared)),))
         running: dict[str, list[int]] = {}
-        for sid, rid in live.fetchall():
+        for sid, rid in live.fetchall() if live else ():
             running.setdefault(sid, []).append(rid)
+        rows_found = fresh.fetchall() if fresh else []
+        when = {**available, **{r[0]: r[5] for r in rows_found}}
+        definitions = {
+            sid: (_POLICIES[overlap], status == _ACTIVE)
+            for sid, overlap, status in (defined.fetchall() if defined else ())
+        }
+        candidates = [candidate_from_row(r) for r in rows_found]
+        for c in seen:
+            if c.schedule_id in shared:
+                # A schedule deleted meanwhile has no definition: its fires are skipped.
+                policy, active = definitions.get(c.schedule_id, (None, False))
+                candidates.append(replace(c, policy=policy, active=active))
+        candidates.sort(key=lambda c: (when[c.run_id], c.run_id))
         found = [
             c
-            for c in map(candidate_from_row, fresh.fetchall())
+            for c in candidates
             if c.policy is None
             or (
                 c.schedule_id in locked
