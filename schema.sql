@@ -148,7 +148,12 @@ CREATE TABLE fire_queue (
     discard_reason       TEXT,
     cancel_requested_at  INTEGER,               -- cancel-other asked the holder to stop
     -- attempts when an operator last requeued it: the retry budget starts over from there
-    requeued_at_attempt  INTEGER NOT NULL DEFAULT 0
+    requeued_at_attempt  INTEGER NOT NULL DEFAULT 0,
+    -- What the two budgets count since the last requeue: failed attempts that were retried
+    -- (the retry budget; never a reschedule, a release or a dead consumer), and
+    -- abandoned_count then (the consumer-death budget counts the abandonments after it).
+    failures             INTEGER NOT NULL DEFAULT 0,
+    abandoned_at_requeue INTEGER NOT NULL DEFAULT 0
 );
 
 -- Claims read open fires in the order they became available.

@@ -1,4 +1,6 @@
-"""Vortos engine: exactly-once periodic scheduling. Public API."""
+"""Vortos engine: periodic scheduling with exactly-once dispatch and exactly-once settle of
+every slot, and at-least-once execution of its command (see FireContext.idempotency_key).
+Public API."""
 
 from engine.api import DEFAULT_DB, Engine, open_engine, open_read_model
 from engine.commands import (

@@ -47,6 +47,7 @@ from engine.runtime.breaker import DEFAULT_BREAKER_FAILURES, DEFAULT_BREAKER_REC
 from engine.runtime.consumer import (
     DEFAULT_CLAIM_TTL_MS,
     DEFAULT_CONCURRENCY,
+    DEFAULT_CONSUMER_DEATHS,
     DEFAULT_GRACE_MS,
     ConsumerConfig,
     FireQueueConsumer,
@@ -174,10 +175,13 @@ class Engine:
         on_settle: SettleListener | None = None,
         observer: Observer | None = None,
         enqueuer: Enqueuer | None = None,
+        consumer_deaths: int = DEFAULT_CONSUMER_DEATHS,
     ) -> FireQueueConsumer:
         """Consumers run the fires of the commands registered in this engine (or, with an
         `enqueuer`, hand every fire to its transport instead); `observer` receives what they do
-        (engine.observability: metrics, spans)."""
+        (engine.observability: metrics, spans). A fire whose consumer vanished more than
+        `consumer_deaths` times is dead-lettered (apart from its retry budget, which counts
+        only the command's failures)."""
         return FireQueueConsumer(
             self.storage,
             self.clock,
@@ -187,6 +191,7 @@ class Engine:
                 concurrency=concurrency,
                 claim_ttl_ms=claim_ttl_ms,
                 grace_ms=grace_ms,
+                consumer_deaths=consumer_deaths,
             ),
             on_settle=on_settle,
             observer=observer,

@@ -24,7 +24,7 @@ from engine.domain.triggers import Trigger, trigger_from_spec
 SCHEDULE_COLUMNS = (
     "id, tenant, name, trigger_kind, trigger_spec, timezone, command, payload, misfire, overlap, "
     "jitter_ms, status, sensitive, metadata, pause_note, version, next_slot_at, next_fire_at, "
-    "created_at, updated_at, origin, retry, declared_paused, override"
+    "created_at, updated_at, origin, retry, declared_paused, override, timeout_ms"
 )
 
 RUN_COLUMNS = (
@@ -72,6 +72,7 @@ def schedule_values(s: Schedule) -> tuple[Any, ...]:
         canonical_json(s.retry.to_json()),
         int(s.declared_paused),
         None if s.override is None else canonical_json(s.override.to_json()),
+        s.timeout_ms,
     )
 
 
@@ -130,6 +131,7 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         retry,
         declared_paused,
         override,
+        timeout_ms,
     ) = row
     return Schedule(
         id=sid,
@@ -155,6 +157,7 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         retry=_retry(retry),
         declared_paused=bool(declared_paused),
         override=None if override is None else StaticOverride.from_json(json.loads(override)),
+        timeout_ms=timeout_ms,
     )
 
 

@@ -46,8 +46,28 @@ class CommandResult:
 
 @dataclass(slots=True)
 class FireContext:
-    """The identity of the fire a command runs for, so the command can be idempotent (the
-    slot key is unique per tenant and stays the same across retries), and its cancellation."""
+    """The identity of the fire a command runs for, so the command can be idempotent, and its
+    cancellation.
+
+    Vortos dispatches every slot exactly once and settles every run exactly once, but runs a
+    command at least once: a consumer killed after the command returned and before its
+    settlement was written leaves the fire claimed, and it is run again once the claim
+    expires. `idempotency_key` is what makes that harmless. The recipe: record the key in the
+    same transaction as the command's effect, in a table where it is unique, and skip the
+    effect when it is there already::
+
+        @schedulable
+        def bill(fire: FireContext) -> None:
+            with db.transaction() as tx:
+                done = tx.execute(
+                    "INSERT INTO processed (key) VALUES (%s) ON CONFLICT DO NOTHING",
+                    (fire.idempotency_key,),
+                ).rowcount
+                if done:  # 0: an earlier execution of this fire committed the effect
+                    tx.execute("UPDATE accounts SET ...")
+
+    A process command finds the key in its environment as VORTOS_IDEMPOTENCY_KEY.
+    """
 
     run_id: int
     tenant: str
@@ -58,13 +78,24 @@ class FireContext:
     kind: RunKind
     attempt: int  # 1 for the first attempt
     cancel_reason: str | None = None
+    # This run's time limit (its schedule's, else its command's; None: none): once it has
+    # passed, the run is asked to stop (see engine.runtime.time_limits).
+    timeout_ms: int | None = None
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _on_cancel: list[Callable[[], None]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
+    def idempotency_key(self) -> str:
+        """The fire's slot key: the same across its retries, its re-executions after a
+        consumer died and an operator's requeue, and unique per tenant (a schedule's id and
+        the slot's instant, or a manual fire's nonce)."""
+        return self.slot_key
+
+    @property
     def cancelled(self) -> bool:
-        """True once the run was asked to stop (cancel-other, shutdown, a lost claim)."""
+        """True once the run was asked to stop (cancel-other, a time limit, shutdown, a lost
+        claim)."""
         return self._cancelled.is_set()
 
     def check_cancelled(self) -> None:

@@ -11,6 +11,7 @@ payload cannot carry, a payload that does not fit) are raised at import time, as
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar, overload
@@ -27,6 +28,7 @@ from engine.domain.schedule import (
     validate_jitter,
     validate_metadata,
     validate_name,
+    validate_timeout,
 )
 from engine.domain.timeutil import parse_duration, zone
 from engine.domain.triggers import CronTrigger, IntervalTrigger, MissingHour, RepeatedHour, Trigger
@@ -64,6 +66,7 @@ def schedulable(
     name: str | None = None,
     description: str = "",
     sensitive: bool = False,
+    timeout: str | float | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -74,19 +77,30 @@ def schedulable(
     name: str | None = None,
     description: str = "",
     sensitive: bool = False,
+    timeout: str | float | None = None,
 ) -> F | Callable[[F], F]:
     """Mark a callable as a command, named `name` (default: the function's name, with '_'
     as '-'). Its type-hinted parameters are the payload's fields; a parameter annotated
     FireContext receives the fire's identity instead. Put it below any @scheduled.
 
     `sensitive=True`: every schedule that runs it, whatever its own flag, needs a second
-    operator's approval to be created, edited, resumed, triggered, backfilled or deleted."""
+    operator's approval to be created, edited, resumed, triggered, backfilled or deleted.
+
+    `timeout` (a duration such as "30s", or seconds): how long one run may take; a schedule's
+    own timeout overrides it. On expiry the run ends timed_out (a failed attempt, retried per
+    the schedule's policy) and the command is asked to stop (`fire.cancelled`,
+    `fire.check_cancelled()`, `fire.wait_cancelled()`; an async command is cancelled). A
+    Python thread cannot be killed: a command that ignores the request keeps its worker
+    thread busy until it returns, and is reported (log, metric, doctor)."""
+    timeout_ms = _command_timeout(timeout)
 
     def mark(target: F, command_name: str | None) -> F:
         if command_name is not None and not command_name.strip():
             raise InvalidInput("@schedulable was given an empty name: give a name or none")
         chosen = command_name or target.__name__.strip("_").replace("_", "-").lower()
-        command = command_from(chosen, target, description, sensitive=sensitive)
+        command = command_from(
+            chosen, target, description, sensitive=sensitive, timeout_ms=timeout_ms
+        )
         earlier = command_of(target)
         setattr(target, COMMAND_ATTR, command)
         if earlier is not None and earlier.name != command.name:
@@ -102,6 +116,23 @@ def schedulable(
     if callable(fn):
         return mark(fn, name)
     return lambda target: mark(target, fn if fn is not None else name)
+
+
+def _command_timeout(timeout: str | float | None) -> int | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool):
+        raise InvalidInput("@schedulable(timeout=) must be a duration such as '30s', or seconds")
+    if isinstance(timeout, int | float):
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise InvalidInput(
+                f"@schedulable(timeout={timeout!r}) is out of range: use more than 0 and at most 7d"
+            )
+        return max(1, round(timeout * 1000))
+    return validate_timeout(
+        parse_duration(str(timeout), what="@schedulable timeout"),
+        what="@schedulable(timeout=)",
+    )
 
 
 def _renamed(static: StaticSchedule, old: str, command: Command) -> StaticSchedule:

@@ -6,8 +6,9 @@ one of them as `argv[0]`; every argument is passed as it is written, so shell me
 mean nothing. Every argument is the operator's to choose: allowlist only programs whose every
 argument you would let an operator choose (not /bin/sh, not an interpreter, not /usr/bin/env).
 
-The child gets a clean environment (engine.commands.process_env): a minimal base and only the
-payload variables the owner allows (process_env_allow), never the service's own; it runs in
+The child gets a clean environment (engine.commands.process_env): a minimal base, the fire's
+VORTOS_IDEMPOTENCY_KEY, and only the payload variables the owner allows (process_env_allow),
+never the service's own; it runs in
 `/` or in a directory inside process_cwd_allow; its stdin is /dev/null, no other descriptor
 of the service is open in it, its umask is 077, and it leads its own process group.
 """
@@ -41,6 +42,8 @@ from engine.domain.errors import InvalidInput
 from engine.domain.timeutil import DAY_MS, format_duration, parse_duration
 
 ALLOW_ENV = "VORTOS_PROCESS_ALLOW"
+# The child's copy of FireContext.idempotency_key.
+IDEMPOTENCY_ENV = "VORTOS_IDEMPOTENCY_KEY"
 MAX_TIMEOUT_MS = 7 * DAY_MS
 TAIL_BYTES = 4096
 # After SIGTERM on timeout or cancellation, the process group has this long before SIGKILL.
@@ -203,6 +206,8 @@ class ProcessRunner:
         # Each checked again, here: the lists may have shrunk, a symlink may have been swapped.
         program = self.allowlist.check(argv[0])
         environment = child_environment(env or {}, self.allowlist.env_names)
+        # The fire's stable key (see FireContext): a payload cannot set a VORTOS_* name.
+        environment[IDEMPOTENCY_ENV] = fire.idempotency_key
         directory = working_directory(cwd, self.allowlist.cwd_dirs)
         limit_s = _timeout_ms(timeout) / 1000
         started = time.monotonic()

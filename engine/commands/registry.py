@@ -10,7 +10,7 @@ from typing import Any
 
 from engine.commands.payload import PayloadSchema, schema_of
 from engine.domain.errors import InvalidInput
-from engine.domain.schedule import validate_name, validate_payload
+from engine.domain.schedule import validate_name, validate_payload, validate_timeout
 
 log = logging.getLogger("vortos.commands")
 
@@ -31,6 +31,9 @@ class Command:
     source: str = ""  # where it is defined, for operators
     # Every schedule running it needs four-eyes approval (@schedulable(sensitive=True)).
     sensitive: bool = False
+    # How long one run may take unless its schedule says otherwise (@schedulable(timeout=));
+    # None: no limit (engine.runtime.time_limits).
+    timeout_ms: int | None = None
 
     @property
     def is_async(self) -> bool:
@@ -51,12 +54,16 @@ def command_from(
     check: PayloadCheck | None = None,
     *,
     sensitive: bool = False,
+    timeout_ms: int | None = None,
 ) -> Command:
     validate_name(name, what="command name")
+    validate_timeout(timeout_ms, what=f"command {name!r} timeout")
     module = getattr(run, "__module__", None) or type(run).__module__
     qualname = getattr(run, "__qualname__", None) or type(run).__qualname__
     doc = description or (inspect.getdoc(run) or "").split("\n", 1)[0]
-    return Command(name, run, doc, schema_of(run), check, f"{module}.{qualname}", sensitive)
+    return Command(
+        name, run, doc, schema_of(run), check, f"{module}.{qualname}", sensitive, timeout_ms
+    )
 
 
 class CommandRegistry:

@@ -45,7 +45,7 @@ class SchedulePatch:
     """What to change; None leaves a field as it is. At most one new trigger (`cron`,
     `every_ms` or `at_ms`); `dst_repeated`/`dst_missing` alone change a cron's DST rules;
     `start_ms` is the first slot of a new interval. A `metadata` value of None removes
-    its key."""
+    its key; `timeout_ms=0` removes the schedule's time limit (the command's applies)."""
 
     command: str | None = None
     cron: str | None = None
@@ -67,6 +67,7 @@ class SchedulePatch:
     max_attempts: int | None = None
     backoff_ms: int | None = None
     backoff_cap_ms: int | None = None
+    timeout_ms: int | None = None  # 0 removes the schedule's own time limit
 
     def __post_init__(self) -> None:
         # Python callers may pass anything: each field is refused by name when it is not
@@ -114,6 +115,7 @@ _KINDS: dict[str, Any] = {
     "max_attempts": int,
     "backoff_ms": int,
     "backoff_cap_ms": int,
+    "timeout_ms": int,
 }
 _WHAT: dict[Any, str] = {
     str: "text",
@@ -199,6 +201,11 @@ def apply_patch(current: ScheduleSpec, patch: SchedulePatch, now_ms: int) -> Sch
             max_attempts=_given(patch.max_attempts, current.retry.max_attempts),
             backoff_ms=_given(patch.backoff_ms, current.retry.backoff_ms),
             backoff_cap_ms=_given(patch.backoff_cap_ms, current.retry.backoff_cap_ms),
+        ),
+        timeout_ms=(
+            current.timeout_ms
+            if patch.timeout_ms is None
+            else (patch.timeout_ms if patch.timeout_ms != 0 else None)
         ),
     )
 

@@ -257,6 +257,24 @@ def validate_jitter(jitter_ms: int) -> int:
     return jitter_ms
 
 
+# A command's time limit, on a schedule or a command: at most a week (a run longer than that
+# wants a process of its own, not a consumer's thread).
+TIMEOUT_MAX_MS = 7 * 24 * 3600 * 1000
+
+
+def validate_timeout(timeout_ms: int | None, *, what: str = "timeout (timeout_ms=)") -> int | None:
+    """A command time limit: None (none), or more than 0 and at most 7d."""
+    if timeout_ms is None:
+        return None
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int):
+        raise InvalidInput(f"{what} must be a duration such as '30s' or '5m'")
+    if not 0 < timeout_ms <= TIMEOUT_MAX_MS:
+        raise InvalidInput(
+            f"{what} {_spelled(timeout_ms)} is out of range: use more than 0 and at most 7d"
+        )
+    return timeout_ms
+
+
 def canonical_json(value: Any) -> str:
     """Sorted keys, no spaces: one spelling per value (used for storage and digests)."""
     return json.dumps(
@@ -280,6 +298,9 @@ class ScheduleSpec:
     sensitive: bool = False
     metadata: Mapping[str, str] = field(default_factory=dict)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # How long one run of the command may take (None: the command's own limit, if any). An
+    # explicit schedule timeout overrides the command's @schedulable(timeout=) default.
+    timeout_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The one JSON spelling of a definition: the control socket sends it, audit entries
@@ -298,6 +319,8 @@ class ScheduleSpec:
             "sensitive": self.sensitive,
             "metadata": dict(self.metadata),
             "retry": self.retry.to_json(),
+            # Only when set: a definition without one spells itself as before time limits.
+            **({} if self.timeout_ms is None else {"timeout_ms": self.timeout_ms}),
         }
 
     @classmethod
@@ -324,6 +347,9 @@ class ScheduleSpec:
                 sensitive=_flag(value["sensitive"]),
                 metadata={str(k): str(v) for k, v in _object(value["metadata"]).items()},
                 retry=RetryPolicy.from_json(_object(value["retry"])),
+                timeout_ms=(
+                    None if value.get("timeout_ms") is None else _whole(value["timeout_ms"])
+                ),
             )
         except InvalidInput:
             raise
@@ -430,6 +456,7 @@ class Schedule:
     # Static schedules only: whether the code declares it paused, and an operator's override.
     declared_paused: bool = False
     override: StaticOverride | None = None
+    timeout_ms: int | None = None  # see ScheduleSpec.timeout_ms
 
     @property
     def spec(self) -> ScheduleSpec:
@@ -447,6 +474,7 @@ class Schedule:
             sensitive=self.sensitive,
             metadata=self.metadata,
             retry=self.retry,
+            timeout_ms=self.timeout_ms,
         )
 
     @property

@@ -276,6 +276,11 @@ def default_checks() -> list[Check]:
     from engine.governance import checks as c  # noqa: PLC0415
     from engine.governance.anchor_checks import AnchorAge  # noqa: PLC0415
     from engine.governance.cluster_checks import NodeShards, RedisDeployment  # noqa: PLC0415
+    from engine.governance.execution_checks import (  # noqa: PLC0415
+        CommandsIgnoringCancel,
+        ConsumerDeaths,
+        RunsOverLimit,
+    )
     from engine.governance.plugin_checks import PluginsHealth, PluginsServing  # noqa: PLC0415
 
     return [
@@ -298,6 +303,9 @@ def default_checks() -> list[Check]:
         c.QueueStall(),
         c.DeadLetters(),
         c.ConsumersAlive(),
+        ConsumerDeaths(),
+        RunsOverLimit(),
+        CommandsIgnoringCancel(),
         c.RetentionHealth(),
         c.Overdue(),
         c.DeadManTolerances(),

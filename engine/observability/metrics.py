@@ -193,7 +193,8 @@ class PrometheusMetrics(Observer):
         """What the consumers report: runs, attempts, dead letters, claims."""
         self.runs = Counter(
             "vortos_runs_total",
-            "Runs that ended, by outcome: completed, failed, dead_lettered, cancelled, skipped.",
+            "Runs that ended, by outcome: completed, failed, dead_lettered, timed_out, "
+            "cancelled, skipped.",
             ["outcome", "schedule", "tenant"],
             registry=r,
         )
@@ -225,6 +226,27 @@ class PrometheusMetrics(Observer):
         self.abandoned_claims = Counter(
             "vortos_abandoned_claims_total",
             "Fires this process took over from a claim that expired unsettled.",
+            registry=r,
+        )
+        self.consumer_deaths = Counter(
+            "vortos_consumer_deaths_total",
+            "Attempts that ended with their consumer gone (killed, frozen past its claim), "
+            "counted when another consumer takes the fire over: apart from failures, against "
+            "the consumer_deaths budget.",
+            ["schedule", "tenant"],
+            registry=r,
+        )
+        self.runs_timed_out = Counter(
+            "vortos_runs_timed_out_total",
+            "Attempts that outran their time limit (each a failed attempt: retried, or the "
+            "run ends timed_out).",
+            ["schedule", "tenant"],
+            registry=r,
+        )
+        self.ignoring_cancel = Gauge(
+            "vortos_commands_ignoring_cancel",
+            "Commands past their time limit that ignored the request to stop and still hold "
+            "a worker thread of this process.",
             registry=r,
         )
 
@@ -280,6 +302,8 @@ class PrometheusMetrics(Observer):
         self._run_duration = _Children(self.run_duration, self._by_schedule)
         self._retries = _Children(self.retries, self._by_schedule)
         self._dead_letters = _Children(self.dead_letters, self._by_schedule)
+        self._deaths = _Children(self.consumer_deaths, self._by_schedule)
+        self._timed_out = _Children(self.runs_timed_out, self._by_schedule)
         self._pruned = _Children(self.pruned_runs, self._by_tenant)
 
     # -- labels -----------------------------------------------------------------------------
@@ -397,9 +421,11 @@ class PrometheusMetrics(Observer):
                     self._fires(SKIPPED_FOR_OVERLAP, tenant, name).inc()
             elif fire.run_id in claim.cancelled:
                 self._runs(RunState.CANCELLED.value, tenant, name).inc()
-        taken_over = sum(1 for fire in claim.fires if _taken_over(fire))
+        taken_over = [fire for fire in claim.fires if _taken_over(fire)]
         if taken_over:
-            self.abandoned_claims.inc(taken_over)
+            self.abandoned_claims.inc(len(taken_over))
+            for fire in taken_over:
+                self._deaths(fire.tenant, fire.schedule_name).inc()
 
     def settled(
         self, fire: Fire, settlement: Settlement, ran_s: float | None, *, acked: bool
@@ -412,6 +438,8 @@ class PrometheusMetrics(Observer):
             if outcome is not Outcome.RELEASE:  # a lost claim's give-back is expected
                 self.stale_settles.inc()
             return
+        if settlement.timed_out:
+            self._timed_out(tenant, name).inc()
         if outcome is Outcome.FAIL:
             self._retries(tenant, name).inc()
         elif outcome in (Outcome.COMPLETE, Outcome.DISCARD):
@@ -419,6 +447,9 @@ class PrometheusMetrics(Observer):
             if settlement.run_state is RunState.DEAD_LETTERED:
                 reason = "abandoned" if ran_s is None else "retries_exhausted"
                 self._dead_letters(reason, tenant, name).inc()
+
+    def commands_ignoring_cancel(self, count: int) -> None:
+        self.ignoring_cancel.set(count)
 
     # -- retention --------------------------------------------------------------------------
 

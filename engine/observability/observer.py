@@ -167,6 +167,10 @@ class Observer:
         `ran_s` is how long the command ran, None when it did not run (given back at
         shutdown, or dead-lettered for having been abandoned too often)."""
 
+    def commands_ignoring_cancel(self, count: int) -> None:
+        """How many commands of this consumer are past their time limit, ignored the request
+        to stop, and still hold their worker thread (engine.runtime.time_limits)."""
+
     # -- retention --------------------------------------------------------------------------
 
     def runs_pruned(self, tenant: str, count: int) -> None:
@@ -253,6 +257,10 @@ class Observers(Observer):
     ) -> None:
         for o in self.members:
             o.settled(fire, settlement, ran_s, acked=acked)
+
+    def commands_ignoring_cancel(self, count: int) -> None:
+        for o in self.members:
+            o.commands_ignoring_cancel(count)
 
     def runs_pruned(self, tenant: str, count: int) -> None:
         for o in self.members:

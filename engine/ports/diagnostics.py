@@ -26,6 +26,27 @@ class QueueFacts:
     dead_letters: int
 
 
+@dataclass(frozen=True, slots=True)
+class OverLimit:
+    """A run still `running` past its schedule's time limit."""
+
+    run_id: int
+    tenant: str
+    schedule_name: str
+    started_at: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionFacts:
+    """How commands have been running (engine.governance.execution_checks), at `now`."""
+
+    over_limit: list[OverLimit]  # the oldest first, at most a few
+    ignored_cancel: list[tuple[int, str]]  # (run id, schedule) of runs since `since`
+    abandoned_since: int  # open fires whose latest consumer died since `since`
+    near_death_budget: list[tuple[int, str, int]]  # (run id, schedule, deaths), open fires
+
+
 class Diagnostics(Protocol):
     """Contract: every call reads (nothing is written), in one short transaction."""
 
@@ -36,6 +57,14 @@ class Diagnostics(Protocol):
         ...
 
     def queue_facts(self, now_ms: int) -> QueueFacts: ...
+
+    def execution_facts(
+        self, now_ms: int, since_ms: int, ignored_marker: str, deaths_at_least: int
+    ) -> ExecutionFacts:
+        """Runs over their schedule's limit at `now_ms`; runs settled since `since_ms` whose
+        error holds `ignored_marker`; open fires abandoned since then; open fires with at
+        least `deaths_at_least` consumer deaths since their last requeue."""
+        ...
 
     def zones_in_use(self) -> list[str]:
         """The distinct time zones of stored schedules."""

@@ -51,11 +51,19 @@ class Fire:
     last_error: str | None = None
     lease_token: str | None = None
     requeued_at_attempt: int = 0  # attempts when an operator last requeued it
+    failures: int = 0  # failed attempts retried since the last requeue (a timeout is one)
+    abandoned_at_requeue: int = 0  # abandoned_count when an operator last requeued it
 
     @property
     def round_attempts(self) -> int:
-        """Attempts since the last requeue: what the retry budget counts."""
+        """Claims since the last requeue, this one included (whatever became of them)."""
         return self.attempts - self.requeued_at_attempt
+
+    @property
+    def round_deaths(self) -> int:
+        """Attempts since the last requeue whose consumer vanished (killed, or frozen past
+        its claim): what the consumer-death budget counts."""
+        return self.abandoned_count - self.abandoned_at_requeue
 
     def state_at(self, now_ms: int) -> FireState:
         if self.discarded_at is not None:
@@ -106,7 +114,7 @@ class Claim:
 
 class Outcome(StrEnum):
     COMPLETE = "complete"  # done: the run completed (or ended skipped / cancelled)
-    FAIL = "fail"  # retry at `available_at`; bumps the failure streak
+    FAIL = "fail"  # retry at `available_at`; bumps the failure streak and the failures
     RESCHEDULE = "reschedule"  # run again at `available_at`; not an error
     DISCARD = "discard"  # a dead letter, with a reason
     RELEASE = "release"  # give the fire back at once; no counter changes
@@ -124,6 +132,7 @@ class Settlement:
     exit_code: int | None = None
     finished_at: int | None = None
     available_at: int | None = None  # FAIL and RESCHEDULE
+    timed_out: bool = False  # the attempt outran its time limit (a FAIL, or timed_out)
 
     def __post_init__(self) -> None:
         allowed = _RUN_STATES_BY_OUTCOME[self.outcome]
@@ -137,7 +146,7 @@ _RUN_STATES_BY_OUTCOME = {
     Outcome.COMPLETE: frozenset({RunState.COMPLETED, RunState.CANCELLED, RunState.SKIPPED}),
     Outcome.FAIL: frozenset({RunState.DISPATCHED}),
     Outcome.RESCHEDULE: frozenset({RunState.DISPATCHED}),
-    Outcome.DISCARD: frozenset({RunState.DEAD_LETTERED, RunState.FAILED}),
+    Outcome.DISCARD: frozenset({RunState.DEAD_LETTERED, RunState.FAILED, RunState.TIMED_OUT}),
     Outcome.RELEASE: frozenset({RunState.DISPATCHED}),
 }
 
@@ -192,7 +201,10 @@ class FireQueue(Protocol):
       through legal transitions only.
     - `requeue` makes dead letters (or any open fire) available again at `at`, clearing the
       claim (which fences its holder) and moving the run back to `dispatched`; counters stay,
-      but the failure streak and the retry budget (`round_attempts`) start over.
+      but the failure streak and both budgets (`failures`, `round_deaths`) start over.
+    - Budgets: a FAIL settlement counts one failure (`failures`); a claim taking over an
+      expired claim counts a consumer death (`abandoned_count`). A reschedule, a release, or
+      a death never counts as a failure.
     - `purge` deletes dead letters; their runs stay in the ledger.
     - `enqueue` writes runs and fires for manual and backfill slots, skipping slot keys the
       ledger already holds; never touches a schedule's cursor.

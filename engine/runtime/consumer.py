@@ -4,6 +4,12 @@ One loop thread talks to the store (claim, heartbeat, settle); `concurrency` wor
 run commands. Long commands are kept claimed by heartbeats; a consumer that dies simply stops
 heartbeating, and its fires are claimed again after the TTL.
 
+Execution is at least once: each settlement is written exactly once (fenced by its claim's
+token), but a consumer that dies after a command returned and before its settlement committed
+leaves the fire to be claimed, and run, again (FireContext.idempotency_key makes that
+harmless). Such deaths are counted apart from failures (ConsumerConfig.consumer_deaths); runs
+past their time limit are stopped by the watchdog (engine.runtime.time_limits).
+
 Group commit. Every step writes one transaction: everything that finished since the last one
 is settled in it (whatever claims the fires came from), and the next claim is taken in the same
 transaction. Workers wake the loop only when a batch worth a transaction has finished or their
@@ -47,9 +53,11 @@ from engine.runtime.executor import (
     abandoned_too_often,
     execute,
     hand_over,
+    timed_out,
     unstarted,
 )
 from engine.runtime.storage_retry import StorageRetry
+from engine.runtime.time_limits import TimeLimits
 
 log = logging.getLogger("vortos.consumer")
 
@@ -77,6 +85,8 @@ LOG_EACH_UP_TO = 8
 DEFAULT_CLAIM_TTL_MS = 60_000
 MIN_CLAIM_TTL_MS = 1_000
 DEFAULT_GRACE_MS = 30_000
+DEFAULT_CONSUMER_DEATHS = 10
+MAX_CONSUMER_DEATHS = 1000
 # With nothing to do, look at the queue at least this often (a change by another process
 # wakes the consumer sooner).
 IDLE_WAIT_MS = 1_000
@@ -90,6 +100,9 @@ class ConsumerConfig:
     grace_ms: int = DEFAULT_GRACE_MS
     idle_wait_ms: int = IDLE_WAIT_MS
     prefetch: int = DEFAULT_PREFETCH  # 0: claim only for free workers
+    # How many times a fire's consumer may vanish (killed, frozen past its claim) before the
+    # fire is dead-lettered: counted apart from its failures (setting consumer_deaths).
+    consumer_deaths: int = DEFAULT_CONSUMER_DEATHS
 
     def __post_init__(self) -> None:
         if not 1 <= self.concurrency <= 256:
@@ -100,6 +113,11 @@ class ConsumerConfig:
             raise ValueError("the claim TTL must be at least 1s")
         if self.grace_ms < 0:
             raise ValueError("the shutdown grace must not be negative")
+        if not 1 <= self.consumer_deaths <= MAX_CONSUMER_DEATHS:
+            raise ValueError(
+                f"consumer_deaths must be between 1 and {MAX_CONSUMER_DEATHS}, "
+                f"not {self.consumer_deaths}"
+            )
 
 
 @dataclass(slots=True)
@@ -173,6 +191,8 @@ class FireQueueConsumer:
         # commit elsewhere, a poke, or the next wake-up (see _may_claim).
         self._drained = False
         self._looked_queued = 0.0  # monotonic time queued fires were last asked about
+        # The commands' time limits and their watchdog (engine.runtime.time_limits).
+        self.time_limits = TimeLimits(storage.schedules)
         self.stats = ConsumerStats()
 
     # -- life cycle -------------------------------------------------------------------------
@@ -226,6 +246,7 @@ class FireQueueConsumer:
     def close(self, join_s: float | None = None) -> None:
         """Stop the worker threads (after the current command, for the ones busy). With
         `join_s`, wait up to that long for each of them to end."""
+        self.time_limits.close()
         with self._lock:
             workers, self._workers = self._workers, []
             for _ in workers:
@@ -395,7 +416,10 @@ class FireQueueConsumer:
         """Settle what finished and claim for the free workers (and ahead of them), in one
         transaction."""
         unsent = sum(len(batch) for batch in self._unsent.values())
-        held = len(self._inflight) - len(self._done) - unsent  # running, or waiting
+        # Running or waiting, and the workers still held by commands that ignored their
+        # cancellation past their time limit (their runs are settled; their threads are not
+        # free).
+        held = len(self._inflight) - len(self._done) - unsent + self.time_limits.ignoring
         concurrency = self.config.concurrency
         ahead = self._prefetch()
         want = concurrency + ahead - held
@@ -430,7 +454,7 @@ class FireQueueConsumer:
         inflight, jobs, token, till = self._inflight, self._jobs, claim.token, claim.claimed_till
         for fire in claim.fires:
             poisoned = (
-                abandoned_too_often(fire, self._retry_policy(fire), self._clock)
+                abandoned_too_often(fire, self.config.consumer_deaths, self._clock)
                 if fire.abandoned_count
                 else None
             )
@@ -572,12 +596,18 @@ class FireQueueConsumer:
                     settlement = unstarted(item.fire, item.ctx, self._clock)
                 elif observer.active:
                     with observer.running(item.fire) as watch:
-                        settlement = self._run(item, runner.run)
+                        settlement, limit = self._run(item, runner.run)
                         item.ran_s = time.perf_counter() - started
                         watch.finished(settlement, item.ran_s)
                 else:
-                    settlement = self._run(item, runner.run)
+                    settlement, limit = self._run(item, runner.run)
                     item.ran_s = time.perf_counter() - started
+                if limit is not None and not self.time_limits.returned(limit):
+                    # Past its limit it ignored the request to stop: the watchdog settled
+                    # the run already. This result is dropped (settled exactly once).
+                    if observer.active:
+                        observer.commands_ignoring_cancel(self.time_limits.ignoring)
+                    continue
                 done.append((item, settlement))
                 # Wake the loop: for the first settlement waiting (it starts the linger), for
                 # a batch worth a transaction, and before the queue runs dry.
@@ -587,7 +617,8 @@ class FireQueueConsumer:
         finally:
             runner.close()
 
-    def _run(self, item: _InFlight, runner: Callable[[Any], Any]) -> Settlement:
+    def _run(self, item: _InFlight, runner: Callable[[Any], Any]) -> tuple[Settlement, Any]:
+        """The run's settlement, and the watchdog's handle when it has a time limit."""
         fire = item.fire
         command = self._commands.get(fire.command) if fire.command in self._commands else None
         enqueuer = self._enqueuer
@@ -600,8 +631,31 @@ class FireQueueConsumer:
                 return RetryPolicy()
 
         if enqueuer is not None:
-            return hand_over(enqueuer, fire, retry, self._clock)
-        return execute(command, fire, item.ctx, retry, self._clock, runner)
+            return hand_over(enqueuer, fire, retry, self._clock), None
+        limit_ms = self.time_limits.limit_ms(fire, None if command is None else command.timeout_ms)
+        handle = None
+        if limit_ms is not None:
+            item.ctx.timeout_ms = limit_ms
+            handle = self.time_limits.watch(
+                fire,
+                limit_ms,
+                on_expiry=lambda: item.ctx.cancel(CancelReason.TIMEOUT),
+                on_ignored=lambda: self._settle_ignoring(item, limit_ms, retry),
+            )
+        return execute(command, fire, item.ctx, retry, self._clock, runner), handle
+
+    def _settle_ignoring(
+        self, item: _InFlight, limit_ms: int, retry: Callable[[], RetryPolicy]
+    ) -> None:
+        """On the watchdog's thread: the command of `item` ignored its cancellation past its
+        time limit; its run is settled timed_out without it (retried per its policy)."""
+        item.ran_s = time.perf_counter() - (item.started or time.perf_counter())
+        self._done.append(
+            (item, timed_out(item.fire, retry(), self._clock, limit_ms, ignored=True))
+        )
+        if self._observer.active:
+            self._observer.commands_ignoring_cancel(self.time_limits.ignoring)
+        self._wake.set()
 
 
 def _log_run(fire: Fire, state: str, error: str | None) -> None:

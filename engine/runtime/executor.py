@@ -29,10 +29,14 @@ from engine.domain.clock import Clock
 from engine.domain.errors import InvalidInput
 from engine.domain.retry import RetryPolicy
 from engine.domain.run import RunState
+from engine.domain.timeutil import format_duration
 from engine.ports.enqueuer import Enqueuer
 from engine.ports.fire_queue import Fire, Outcome, Settlement
 
 log = logging.getLogger("vortos.consumer")
+
+# In the error of a run whose command ignored its cancellation (doctor looks for it).
+IGNORED_CANCEL = "the command ignored its cancellation and went on running"
 
 # Room for a process's stdout and stderr tails (4 KiB each) with their headers.
 OUTPUT_MAX = 9000
@@ -41,6 +45,7 @@ ERROR_MAX = 2000
 
 class CancelReason(StrEnum):
     OVERLAP = "a newer fire of the schedule started (overlap policy cancel-other)"
+    TIMEOUT = "the run outran its time limit"
     SHUTDOWN = "the consumer is shutting down"
     LOST_CLAIM = "the claim was taken over by another consumer"
 
@@ -74,6 +79,9 @@ def execute(
     except (Exception, asyncio.CancelledError) as exc:  # noqa: BLE001 (a command may raise anything)
         return _settle_raised(exc, command, fire, ctx, retry, clock)
     output, code = _output(returned)
+    if ctx.cancel_reason == CancelReason.TIMEOUT:
+        # It stopped when asked, past its limit: what it returned is not the run's success.
+        return timed_out(fire, retry(), clock, ctx.timeout_ms or 0, ignored=False, output=output)
     return Settlement(
         fire.run_id,
         Outcome.COMPLETE,
@@ -117,6 +125,18 @@ def _settle_raised(
             output=_clip(str(exc), OUTPUT_MAX),
             finished_at=clock.now_ms(),
             available_at=clock.now_ms() + exc.delay_ms,
+        )
+    if ctx.cancel_reason == CancelReason.TIMEOUT:
+        # Whatever it raised once asked to stop for its time limit (CommandCancelled, a
+        # CancelledError, a killed process's CommandFailed): the attempt timed out.
+        return timed_out(
+            fire,
+            retry(),
+            clock,
+            ctx.timeout_ms or 0,
+            ignored=False,
+            output=exc.output if isinstance(exc, CommandFailed) else _trace(exc, command),
+            exit_code=exc.exit_code if isinstance(exc, CommandFailed) else None,
         )
     if isinstance(exc, (CommandCancelled, asyncio.CancelledError)):
         if ctx.cancelled:
@@ -200,21 +220,25 @@ def _failed(
     error: str,
     output: str | None = None,
     exit_code: int | None = None,
+    *,
+    expired: bool = False,
 ) -> Settlement:
-    """A failed attempt: retried after a backoff, or dead-lettered when none are left."""
+    """A failed attempt: retried after a backoff, or, when none are left, dead-lettered (or
+    left `timed_out` when it outran its time limit: `expired`). Only failures count against
+    the retry budget: not the attempts rescheduled, given back, or lost with their consumer."""
     now = clock.now_ms()
-    if retry.exhausted(fire.round_attempts):
+    failures = fire.failures + 1  # this attempt's included
+    if retry.exhausted(failures):
         since = " since its requeue" if fire.requeued_at_attempt else ""
         return Settlement(
             fire.run_id,
             Outcome.DISCARD,
-            RunState.DEAD_LETTERED,
-            error=_clip(
-                f"failed {fire.round_attempts} of {retry.max_attempts} attempts{since}: {error}"
-            ),
+            RunState.TIMED_OUT if expired else RunState.DEAD_LETTERED,
+            error=_clip(f"failed {failures} of {retry.max_attempts} attempts{since}: {error}"),
             output=_clip(output, OUTPUT_MAX),
             exit_code=exit_code,
             finished_at=now,
+            timed_out=expired,
         )
     return Settlement(
         fire.run_id,
@@ -224,8 +248,28 @@ def _failed(
         output=_clip(output, OUTPUT_MAX),
         exit_code=exit_code,
         finished_at=now,
-        available_at=now + retry.delay_ms(fire.run_id, fire.attempts),
+        available_at=now + retry.delay_ms(fire.run_id, failures),
+        timed_out=expired,
     )
+
+
+def timed_out(
+    fire: Fire,
+    retry: RetryPolicy,
+    clock: Clock,
+    limit_ms: int,
+    *,
+    ignored: bool,
+    output: str | None = None,
+    exit_code: int | None = None,
+) -> Settlement:
+    """The settlement of an attempt that outran its time limit: a failure (retried per the
+    policy), the run `timed_out` once no retry is left. `ignored`: the command did not stop
+    when asked (it still holds its worker thread)."""
+    error = f"timed out after {format_duration(limit_ms)}" + (
+        f" ({IGNORED_CANCEL})" if ignored else ""
+    )
+    return _failed(fire, retry, clock, error, output, exit_code, expired=True)
 
 
 def _final(
@@ -241,17 +285,20 @@ def _final(
     )
 
 
-def abandoned_too_often(fire: Fire, retry: RetryPolicy, clock: Clock) -> Settlement | None:
-    """A fire claimed more often than its attempts allow lost its consumer each time (a
-    command that kills its process, say): it is dead-lettered without running again."""
-    if fire.round_attempts <= retry.max_attempts:
+def abandoned_too_often(fire: Fire, deaths: int, clock: Clock) -> Settlement | None:
+    """A fire whose consumer vanished more than `deaths` times since its last requeue (a
+    command that kills its process, say) is dead-lettered without running again. Deaths have
+    their own budget (setting consumer_deaths): a crash-looping cluster must not use up the
+    retry budget of healthy fires."""
+    if fire.round_deaths <= deaths:
         return None
     return _final(
         fire,
         clock,
         RunState.DEAD_LETTERED,
-        f"abandoned: {fire.abandoned_count} attempt(s) ended with their consumer gone "
-        f"(last: {fire.last_abandoned_by}); not run again after {retry.max_attempts} attempts",
+        f"abandoned: {fire.round_deaths} consumer deaths (attempts that ended with their "
+        f"consumer gone; last: {fire.last_abandoned_by}), more than consumer_deaths={deaths}; "
+        "not run again",
     )
 
 

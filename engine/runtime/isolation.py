@@ -228,6 +228,9 @@ class IsolatedObserver(Observer):
     def settled(self, fire: Any, settlement: Any, ran_s: float | None, *, acked: bool) -> None:
         self._forward("settled", fire, settlement, ran_s, acked=acked)
 
+    def commands_ignoring_cancel(self, count: int) -> None:
+        self._forward("commands_ignoring_cancel", count)
+
     def runs_pruned(self, tenant: str, count: int) -> None:
         self._forward("runs_pruned", tenant, count)
 

@@ -41,6 +41,7 @@ from engine.domain.schedule import (
     validate_metadata,
     validate_name,
     validate_payload,
+    validate_timeout,
 )
 from engine.domain.timeutil import iso_utc, zone
 from engine.domain.triggers import CronTrigger, IntervalTrigger, OneShotTrigger, Trigger
@@ -610,6 +611,7 @@ def validate_spec(spec: ScheduleSpec, commands: CommandRegistry, now_ms: int) ->
     commands.validate(spec.command, spec.payload)
     validate_metadata(spec.metadata)
     validate_jitter(spec.jitter_ms)
+    validate_timeout(spec.timeout_ms)
     return _first_slot(spec.trigger, spec.timezone, now_ms)
 
 
@@ -649,6 +651,7 @@ def with_definition(schedule: Schedule, spec: ScheduleSpec, now: int) -> Schedul
         sensitive=spec.sensitive,
         metadata=dict(spec.metadata),
         retry=spec.retry,
+        timeout_ms=spec.timeout_ms,
         updated_at=now,
     )
 
@@ -765,4 +768,5 @@ def new_schedule(spec: ScheduleSpec, first_slot: int, now: int, origin: Schedule
         updated_at=now,
         origin=origin,
         retry=spec.retry,
+        timeout_ms=spec.timeout_ms,
     )

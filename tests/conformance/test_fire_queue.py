@@ -103,7 +103,7 @@ def test_a_settlement_accepts_only_the_run_states_its_outcome_allows() -> None:
         Outcome.COMPLETE: {RunState.COMPLETED, RunState.CANCELLED, RunState.SKIPPED},
         Outcome.FAIL: {RunState.DISPATCHED},
         Outcome.RESCHEDULE: {RunState.DISPATCHED},
-        Outcome.DISCARD: {RunState.DEAD_LETTERED, RunState.FAILED},
+        Outcome.DISCARD: {RunState.DEAD_LETTERED, RunState.FAILED, RunState.TIMED_OUT},
         Outcome.RELEASE: {RunState.DISPATCHED},
     }
     accepted: dict[Outcome, set[RunState]] = {outcome: set() for outcome in Outcome}

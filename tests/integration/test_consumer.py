@@ -201,16 +201,16 @@ def test_a_late_settle_after_another_consumer_reclaimed_is_stale_and_changes_not
     assert fire.last_abandoned_by == "first"
 
 
-def test_a_fire_abandoned_more_often_than_its_attempts_is_dead_lettered_unrun(
+def test_a_fire_whose_consumer_died_more_often_than_consumer_deaths_is_dead_lettered_unrun(
     engine: Engine, clock: ManualClock, calls: Calls
 ) -> None:
-    engine.service.create(every_minute("ok", "ok", retry=RetryPolicy(max_attempts=2)), actor="t")
+    engine.service.create(every_minute("ok", "ok", retry=RetryPolicy(max_attempts=5)), actor="t")
     engine.service.pause("ok", actor="t")
     engine.service.trigger("ok", actor="t")
     for n in range(2):  # two consumers that die holding it
         assert engine.storage.fire_queue.claim(consumer=f"dead{n}", ttl_ms=1_000, limit=1).fires
         clock.advance(2)
-    consumer = engine.consumer(consumer_id="c1", concurrency=1)
+    consumer = engine.consumer(consumer_id="c1", concurrency=1, consumer_deaths=1)
     consumer.step()
     run_id, state, _ = only_run(engine)
     assert state is RunState.DEAD_LETTERED

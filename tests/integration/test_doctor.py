@@ -359,6 +359,9 @@ def test_every_check_is_made_to_fail_by_some_test() -> None:
         "clock.skew",  # tests/integration/test_doctor_postgres.py (PostgreSQL only)
         "cluster.nodes",  # tests/integration/test_balanced_shards.py
         "lease.redis_deployment",  # tests/integration/test_redis_prefix.py (Redis)
+        "consumers.deaths",  # tests/integration/test_consumer_deaths.py
+        "runs.over_limit",  # tests/integration/test_time_limits.py
+        "runs.ignored_cancel",
     }
     assert {c.check_id for c in default_checks()} - covered == set()
 

@@ -310,14 +310,17 @@ def test_a_fire_abandoned_too_often_is_dead_lettered_for_that_reason(
     engine.service.create(every(60, "lost", retry=RetryPolicy(max_attempts=1)), actor="t")
     engine.service.pause("lost", actor="t")
     engine.service.trigger("lost", actor="t")
-    gone = engine.storage.fire_queue.claim(consumer="gone", ttl_ms=5_000, limit=1)
-    assert len(gone.fires) == 1  # its consumer dies holding it
-    clock.advance(6)
-    consumer = engine.consumer(consumer_id="c1", observer=metrics)
+    for n in range(2):  # two consumers die holding it: more than consumer_deaths=1
+        gone = engine.storage.fire_queue.claim(consumer=f"gone{n}", ttl_ms=5_000, limit=1)
+        assert len(gone.fires) == 1
+        clock.advance(6)
+    consumer = engine.consumer(consumer_id="c1", observer=metrics, consumer_deaths=1)
     consumer.step()
     dead = {"reason": "abandoned", "schedule": "lost", "tenant": "default"}
     assert value(metrics, "vortos_dead_letters_total", **dead) == 1
     assert value(metrics, "vortos_abandoned_claims_total") == 1
+    deaths = {"schedule": "lost", "tenant": "default"}
+    assert value(metrics, "vortos_consumer_deaths_total", **deaths) == 1
     assert (
         value(metrics, "vortos_run_duration_seconds_count", schedule="lost", tenant="default") == 0
     )

@@ -359,6 +359,8 @@ def test_the_child_inherits_nothing_of_the_service_environment(
         "LANG": "de_DE.UTF-8",
         "HOME": pwd.getpwuid(os.geteuid()).pw_dir,
         "BACKUP_LABEL": "nightly",
+        # The fire's own, not the service's: its stable key (FireContext.idempotency_key).
+        "VORTOS_IDEMPOTENCY_KEY": _context().idempotency_key,
     }
     assert "secret" not in output
 

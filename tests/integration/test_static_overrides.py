@@ -201,9 +201,14 @@ def test_a_static_schedule_paused_before_overrides_existed_keeps_its_pause(
         engine.service.pause("nightly", actor="olga", note="old pause")
     conn = apsw.Connection(str(db))  # the database as version 7 left it
     # What version 13 added besides its rebuilds (12 and 13 rebuild schedules and runs by named
-    # columns): the node registry and the time limit. First, because SQLite re-checks every
-    # trigger when a column goes, and those below name tables dropped after it.
-    conn.execute("DROP TABLE nodes; ALTER TABLE schedules DROP COLUMN timeout_ms")
+    # columns): the node registry, the time limit and the fire's budgets. First, because
+    # SQLite re-checks every trigger when a column goes, and those below name tables dropped
+    # after it.
+    conn.execute(
+        "DROP TABLE nodes; ALTER TABLE schedules DROP COLUMN timeout_ms; "
+        "ALTER TABLE fire_queue DROP COLUMN failures; "
+        "ALTER TABLE fire_queue DROP COLUMN abandoned_at_requeue"
+    )
     conn.execute("ALTER TABLE schedules DROP COLUMN override")
     conn.execute("ALTER TABLE schedules DROP COLUMN declared_paused")
     # What version 11 added (the audit chain at scale), which 8..10 do not touch.

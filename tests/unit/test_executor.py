@@ -51,6 +51,7 @@ def _fire(command: str = "job", payload: dict[str, Any] | None = None, attempts:
         available_at=0,
         created_at=0,
         attempts=attempts,
+        failures=attempts - 1,  # the attempts before this one failed
     )
 
 
@@ -542,23 +543,47 @@ def test_cancel_callbacks_run_once_even_when_cancelled_twice() -> None:
 # --- abandoned fires -------------------------------------------------------------------------
 
 
-def test_a_fire_claimed_more_often_than_its_attempts_is_dead_lettered(clock: ManualClock) -> None:
+def test_a_fire_whose_consumer_died_more_often_than_the_death_budget_is_dead_lettered(
+    clock: ManualClock,
+) -> None:
     fire = replace(
         _fire(attempts=POLICY.max_attempts + 1),
         abandoned_count=3,
         last_abandoned_by="node-7:4242",
     )
-    settlement = abandoned_too_often(fire, POLICY, clock)
+    settlement = abandoned_too_often(fire, 2, clock)
     assert settlement is not None
     assert settlement.outcome is Outcome.DISCARD
     assert settlement.run_state is RunState.DEAD_LETTERED
     assert settlement.error == (
-        "abandoned: 3 attempt(s) ended with their consumer gone (last: node-7:4242); "
-        "not run again after 3 attempts"
+        "abandoned: 3 consumer deaths (attempts that ended with their consumer gone; last: "
+        "node-7:4242), more than consumer_deaths=2; not run again"
     )
     assert settlement.finished_at == clock.now_ms()
 
 
-def test_a_fire_within_its_attempts_is_not_abandoned(clock: ManualClock) -> None:
-    fire = replace(_fire(attempts=POLICY.max_attempts), abandoned_count=2)
-    assert abandoned_too_often(fire, POLICY, clock) is None
+def test_deaths_within_their_budget_do_not_stop_a_fire_whatever_its_retry_budget(
+    clock: ManualClock,
+) -> None:
+    fire = replace(_fire(attempts=POLICY.max_attempts + 5), abandoned_count=3)
+    assert abandoned_too_often(fire, 3, clock) is None
+
+
+def test_deaths_before_a_requeue_are_not_counted_again(clock: ManualClock) -> None:
+    fire = replace(_fire(attempts=9), abandoned_count=5, abandoned_at_requeue=4)
+    assert fire.round_deaths == 1
+    assert abandoned_too_often(fire, 1, clock) is None
+
+
+def test_only_failures_count_against_the_retry_budget(clock: ManualClock) -> None:
+    # Five reschedules and a dead consumer before: seven claims, this the first failure.
+    fire = replace(_fire(attempts=7), failures=0, reschedules=5, abandoned_count=1)
+    policy = RetryPolicy(max_attempts=2)
+    settlement = execute(
+        command_from("job", _failing), fire, _context(fire), _policy(policy), clock
+    )
+    assert settlement.outcome is Outcome.FAIL
+    again = replace(fire, attempts=8, failures=1)
+    last = execute(command_from("job", _failing), again, _context(again), _policy(policy), clock)
+    assert last.run_state is RunState.DEAD_LETTERED
+    assert last.error == "failed 2 of 2 attempts: ValueError: the disk is full"

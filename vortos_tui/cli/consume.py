@@ -59,9 +59,9 @@ def consume(
     log_level = configured(ctx, "log_level")
     configure_logging(log_level)
     check_node_id(node_id)
-    settings = consumer_settings(consumers, claim_ttl, grace)
-    node = node_id or default_node_id()
     cli = state(ctx)
+    settings = consumer_settings(consumers, claim_ttl, grace, cli.settings.consumer_deaths)
+    node = node_id or default_node_id()
     cli.serving = True  # it runs fires: its own allowlists, whatever socket the env names
     names = cli.commands().names()
     cli.plugins()  # a missing or broken plug-in stops us before anything is opened

@@ -25,6 +25,7 @@ FLAGS: dict[str, str] = {
     "max_attempts=": "--max-attempts",
     "backoff_ms=": "--retry-backoff",
     "backoff_cap_ms=": "--retry-backoff-cap",
+    "timeout_ms=": "--timeout",
     "expected_version=": "--expect-version",
     "confirmed=True": "--yes",
     "run_ids=None": "--all",

@@ -485,7 +485,10 @@ def _options(ctx: typer.Context) -> _Options:
         control_socket=control_socket,
         control_group=control_group,
         consumers=consumer_settings(
-            configured(ctx, "consumers"), configured(ctx, "claim_ttl"), configured(ctx, "grace")
+            configured(ctx, "consumers"),
+            configured(ctx, "claim_ttl"),
+            configured(ctx, "grace"),
+            state(ctx).settings.consumer_deaths,
         ),
         metrics_port=configured(ctx, "metrics_port"),
         metrics_host=configured(ctx, "metrics_host"),

@@ -133,6 +133,15 @@ RetryBackoffCap = Annotated[
         "--retry-backoff-cap", help="The longest wait between retries (default for add: 5m)."
     ),
 ]
+Timeout = Annotated[
+    str | None,
+    typer.Option(
+        "--timeout",
+        help="How long one run may take (up to 7d) before it ends timed_out and is retried; "
+        "overrides the command's own limit; 'none' removes it (default for add: the "
+        "command's).",
+    ),
+]
 Payload = Annotated[str | None, typer.Option("--payload", help="JSON object for the command.")]
 
 
@@ -149,6 +158,20 @@ def parse_meta(pairs: list[str]) -> dict[str, str | None]:
 
 def _duration(text: str | None, what: str) -> int | None:
     return None if text is None else parse_duration(text, what=what)
+
+
+def _timeout(text: str | None) -> int | None:
+    """--timeout's text in ms: 0 for 'none' (an edit removes the schedule's own limit)."""
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return 0
+    if text.strip().startswith("-"):
+        raise InvalidInput(f"--timeout {text!r} is negative: give a duration such as 30s, or none")
+    limit = parse_duration(text, what="timeout")
+    if limit <= 0:
+        raise InvalidInput(f"--timeout {text!r} is zero: give at least 1ms, or none")
+    return limit
 
 
 def _interval(every: str | None) -> int | None:
@@ -185,6 +208,7 @@ class DefinitionOptions:
     max_attempts: int | None = None
     retry_backoff: str | None = None
     retry_backoff_cap: str | None = None
+    timeout: str | None = None
     command: str | None = None
 
     def patch(self, zone: str) -> SchedulePatch:
@@ -211,6 +235,7 @@ class DefinitionOptions:
             max_attempts=self.max_attempts,
             backoff_ms=_duration(self.retry_backoff, "retry backoff"),
             backoff_cap_ms=_duration(self.retry_backoff_cap, "retry backoff cap"),
+            timeout_ms=_timeout(self.timeout),
         )
 
 
@@ -271,6 +296,7 @@ def add(
     max_attempts: MaxAttempts = None,
     retry_backoff: RetryBackoff = None,
     retry_backoff_cap: RetryBackoffCap = None,
+    timeout: Timeout = None,
     as_json: Json = False,
 ) -> None:
     """Add a schedule: exactly one of --cron, --every or --at.
@@ -333,6 +359,7 @@ def edit(
     max_attempts: MaxAttempts = None,
     retry_backoff: RetryBackoff = None,
     retry_backoff_cap: RetryBackoffCap = None,
+    timeout: Timeout = None,
     expect_version: Annotated[
         int | None,
         typer.Option(

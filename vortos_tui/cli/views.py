@@ -131,6 +131,10 @@ def schedule_table(s: Schedule, now_ms: int) -> Table:
             f"{s.retry.max_attempts} attempt(s), backoff {format_duration(s.retry.backoff_ms)} "
             f"doubling to {format_duration(s.retry.backoff_cap_ms)}",
         ),
+        (
+            "timeout",
+            "the command's" if s.timeout_ms is None else format_duration(s.timeout_ms),
+        ),
     ]
     if s.next_fire_at is not None:
         rows.append(

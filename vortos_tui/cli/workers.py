@@ -31,7 +31,7 @@ from engine.observability import (
 from engine.plugins.runtime import Builder, Runtime, build_runtime
 from engine.ports.enqueuer import Enqueuer
 from engine.retention import PruneReport, attach_sweeper
-from engine.runtime.consumer import DEFAULT_CONCURRENCY, MIN_CLAIM_TTL_MS
+from engine.runtime.consumer import DEFAULT_CONCURRENCY, DEFAULT_CONSUMER_DEATHS, MIN_CLAIM_TTL_MS
 from engine.runtime.isolation import FAILURE_REASONS
 from vortos_tui.cli.context import CliState
 
@@ -114,6 +114,7 @@ class ConsumerSettings:
     concurrency: int
     claim_ttl_ms: int
     grace_ms: int
+    consumer_deaths: int = DEFAULT_CONSUMER_DEATHS
 
 
 def configure_logging(level: str) -> None:
@@ -131,11 +132,15 @@ def check_node_id(node_id: str | None) -> None:
         raise InvalidInput("--node-id must be printable text of at most 200 characters")
 
 
-def consumer_settings(consumers: int, claim_ttl: str, grace: str) -> ConsumerSettings:
+def consumer_settings(
+    consumers: int, claim_ttl: str, grace: str, consumer_deaths: int = DEFAULT_CONSUMER_DEATHS
+) -> ConsumerSettings:
+    """`consumer_deaths` comes from the settings (vortos.toml, VORTOS_CONSUMER_DEATHS), which
+    checked its range."""
     ttl = parse_duration(claim_ttl, what="claim TTL")
     if ttl < MIN_CLAIM_TTL_MS:
         raise InvalidInput(f"claim TTL {format_duration(ttl)} is too short: use at least 1s")
-    return ConsumerSettings(consumers, ttl, parse_duration(grace, what="grace"))
+    return ConsumerSettings(consumers, ttl, parse_duration(grace, what="grace"), consumer_deaths)
 
 
 def build_consumer(
@@ -152,6 +157,7 @@ def build_consumer(
         grace_ms=settings.grace_ms,
         observer=observer,
         enqueuer=enqueuer,
+        consumer_deaths=settings.consumer_deaths,
     )
 
 

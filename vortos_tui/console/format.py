@@ -18,6 +18,7 @@ STATE_STYLE: dict[str, str] = {
     "completed": "green",
     "failed": "bold red",
     "dead_lettered": "bold magenta",
+    "timed_out": "bold red",
     "skipped": "dim",
     "cancelled": "yellow",
     "active": "green",
@@ -129,7 +130,7 @@ def sparkline(recent: tuple[RecentRun, ...]) -> Text:
     out = Text()
     for run in recent:
         style = STATE_STYLE.get(run.state.value, "")
-        if run.state in (RunState.FAILED, RunState.DEAD_LETTERED):
+        if run.state in (RunState.FAILED, RunState.DEAD_LETTERED, RunState.TIMED_OUT):
             out.append("✗", style=style)
         elif run.duration_ms is None:
             out.append("·", style=style)

@@ -84,10 +84,13 @@ CREATE TRIGGER audit_entries_no_delete BEFORE DELETE ON audit_entries
     4: """
 ALTER TABLE schedules DROP CONSTRAINT IF EXISTS schedules_trigger_kind_check;
 """,
-    # Command time limits per schedule, the `timed_out` run state, and the node registry
-    # that shares lease shards out (engine.runtime.nodes).
+    # Command time limits per schedule, a fire's failures and consumer deaths counted apart,
+    # the `timed_out` run state, and the node registry that shares lease shards out
+    # (engine.runtime.nodes).
     5: """
 ALTER TABLE schedules ADD COLUMN timeout_ms BIGINT;
+ALTER TABLE fire_queue ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE fire_queue ADD COLUMN abandoned_at_requeue INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs DROP CONSTRAINT runs_state_check;
 ALTER TABLE runs ADD CONSTRAINT runs_state_check
     CHECK (state IN ('dispatched', 'running', 'completed', 'failed',

@@ -132,7 +132,9 @@ CREATE TABLE fire_queue (
     last_stale_ack_at    BIGINT,
     discard_reason       TEXT,
     cancel_requested_at  BIGINT,
-    requeued_at_attempt  INTEGER NOT NULL DEFAULT 0
+    requeued_at_attempt  INTEGER NOT NULL DEFAULT 0,
+    failures             INTEGER NOT NULL DEFAULT 0,
+    abandoned_at_requeue INTEGER NOT NULL DEFAULT 0
 );
 
 -- Claims read open fires in the order they became available, ties by run id: the index keeps

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from engine.backends.sql import SqlPool, first
-from engine.ports.diagnostics import QueueFacts
+from engine.ports.diagnostics import ExecutionFacts, OverLimit, QueueFacts
 
 P = TypeVar("P", bound=SqlPool[Any])
 
@@ -82,6 +82,52 @@ class SqlDiagnostics(Generic[P]):
             waiting=int(count),
             last_claim_at=None if last is None else int(last),
             dead_letters=int(dead),
+        )
+
+    def execution_facts(
+        self, now_ms: int, since_ms: int, ignored_marker: str, deaths_at_least: int
+    ) -> ExecutionFacts:
+        p = self._pool.dialect.param
+        args = {
+            "now": now_ms,
+            "since": since_ms,
+            "marker": f"%{ignored_marker}%",
+            "deaths": deaths_at_least,
+        }
+        # Few rows each: running runs (the consumers' width) and recent oddities.
+        over = self._pool.read(
+            "SELECT r.id, r.tenant, r.schedule_name, r.started_at, s.timeout_ms FROM runs r "
+            "JOIN schedules s ON s.id = r.schedule_id WHERE r.state = 'running' "
+            f"AND s.timeout_ms IS NOT NULL AND r.started_at + s.timeout_ms < {p('now')} "
+            "ORDER BY r.started_at LIMIT 20",
+            args,
+        )
+        ignored = self._pool.read(
+            "SELECT id, schedule_name FROM runs WHERE finished_at >= "
+            f"{p('since')} AND error LIKE {p('marker')} ORDER BY id DESC LIMIT 20",
+            args,
+        )
+        open_fires = "f.completed_at IS NULL AND f.discarded_at IS NULL"
+        abandoned = first(
+            self._pool,
+            f"SELECT count(*) FROM fire_queue f WHERE {open_fires} "
+            f"AND f.last_abandoned_at >= {p('since')}",
+            args,
+        )
+        near = self._pool.read(
+            "SELECT f.run_id, r.schedule_name, f.abandoned_count - f.abandoned_at_requeue "
+            f"FROM fire_queue f JOIN runs r ON r.id = f.run_id WHERE {open_fires} AND "
+            f"f.abandoned_count - f.abandoned_at_requeue >= {p('deaths')} "
+            "ORDER BY f.run_id LIMIT 20",
+            args,
+        )
+        return ExecutionFacts(
+            over_limit=[
+                OverLimit(int(r[0]), str(r[1]), str(r[2]), int(r[3]), int(r[4])) for r in over
+            ],
+            ignored_cancel=[(int(r[0]), str(r[1])) for r in ignored],
+            abandoned_since=0 if abandoned is None else int(abandoned[0]),
+            near_death_budget=[(int(r[0]), str(r[1]), int(r[2])) for r in near],
         )
 
     def zones_in_use(self) -> list[str]:

@@ -290,6 +290,12 @@ class SqlFireQueue(ABC, Generic[P]):
             targets = self._make_available(conn, where, args, at)
             if not targets:
                 return 0
+            # Both budgets start over (_make_available set requeued_at_attempt).
+            conn.execute(
+                "UPDATE fire_queue SET failures = 0, abandoned_at_requeue = abandoned_count "
+                f"WHERE {d.one_of('run_id', d.mark, 'bigint')}",
+                (d.bind_list(targets),),
+            )
             conn.execute(
                 "UPDATE runs SET state = 'dispatched', finished_at = NULL "
                 f"WHERE {d.one_of('id', d.mark, 'bigint')} AND state <> 'dispatched'",

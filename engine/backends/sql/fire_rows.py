@@ -20,7 +20,8 @@ FIRE_COLUMNS = (
     "f.command, f.payload, f.available_at, f.created_at, f.attempts, f.consecutive_failures, "
     "f.reschedules, f.abandoned_count, f.last_abandoned_by, f.last_abandoned_at, "
     "f.stale_ack_count, f.consumed_by, f.consumed_till, f.completed_at, f.discarded_at, "
-    "f.discard_reason, f.last_error, f.lease_token, f.requeued_at_attempt"
+    "f.discard_reason, f.last_error, f.lease_token, f.requeued_at_attempt, f.failures, "
+    "f.abandoned_at_requeue"
 )
 FIRE_FROM = "fire_queue f JOIN runs r ON r.id = f.run_id"
 OPEN = "f.completed_at IS NULL AND f.discarded_at IS NULL"
@@ -72,6 +73,8 @@ def fire_from_row(r: tuple[Any, ...]) -> Fire:
         last_error=r[23],
         lease_token=r[24],
         requeued_at_attempt=r[25],
+        failures=r[26],
+        abandoned_at_requeue=r[27],
     )
 
 
@@ -106,7 +109,8 @@ def settle_fire_sql(outcome: Outcome, mark: str) -> str:
         ),
         Outcome.FAIL: (
             f"UPDATE fire_queue SET available_at = {mark}, last_error = {mark}, "
-            "consecutive_failures = consecutive_failures + 1, reschedules = 0, "
+            "consecutive_failures = consecutive_failures + 1, failures = failures + 1, "
+            "reschedules = 0, "
             f"{CLEAR_CLAIM}"
         ),
         Outcome.RESCHEDULE: (

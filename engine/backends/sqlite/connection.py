@@ -337,11 +337,14 @@ CREATE INDEX schedules_due_by_tenant ON schedules (tenant, next_fire_at)
 -- query such as the due scan, and dispatch never writes it.
 CREATE INDEX schedules_inactive ON schedules (status) WHERE status <> 'active';
 """,
-    # Issue 19: per-schedule command time limits, the `timed_out` run state (the runs table
-    # rebuilt: SQLite cannot change a CHECK in place; columns named, an upgraded file added
-    # them in its own order), and the node registry that shares lease shards out.
+    # Issue 19: per-schedule command time limits, a fire's failures and consumer deaths counted
+    # apart (fire_queue.failures, abandoned_at_requeue), the `timed_out` run state (the runs
+    # table rebuilt: SQLite cannot change a CHECK in place; columns named, an upgraded file
+    # added them in its own order), and the node registry that shares lease shards out.
     13: """
 ALTER TABLE schedules ADD COLUMN timeout_ms INTEGER;
+ALTER TABLE fire_queue ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE fire_queue ADD COLUMN abandoned_at_requeue INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE runs_rebuilt (
     id            INTEGER PRIMARY KEY,
     tenant        TEXT NOT NULL,
