@@ -26,7 +26,6 @@ lock: a superseded token is reported stale and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import replace
 from typing import Any, TypeAlias
 
 import psycopg
@@ -259,7 +258,9 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             if c.schedule_id in shared:
                 # A schedule deleted meanwhile has no definition: its fires are skipped.
                 policy, active = definitions.get(c.schedule_id, (None, False))
-                candidates.append(replace(c, policy=policy, active=active))
+                if policy is not c.policy or active is not c.active:
+                    c = Candidate(c.run_id, c.schedule_id, c.kind, policy, active)  # noqa: PLW2901
+                candidates.append(c)
         candidates.sort(key=lambda c: (when[c.run_id], c.run_id))
         found = [
             c
