@@ -118,20 +118,20 @@ def schedulable(
     return lambda target: mark(target, fn if fn is not None else name)
 
 
-def _command_timeout(timeout: str | float | None) -> int | None:
+def _command_timeout(timeout: str | float | None, what: str = "@schedulable") -> int | None:
+    """`timeout=` of @schedulable or @scheduled in ms: a duration such as '30s', or seconds."""
     if timeout is None:
         return None
     if isinstance(timeout, bool):
-        raise InvalidInput("@schedulable(timeout=) must be a duration such as '30s', or seconds")
+        raise InvalidInput(f"{what}(timeout=) must be a duration such as '30s', or seconds")
     if isinstance(timeout, int | float):
         if not math.isfinite(timeout) or timeout <= 0:
             raise InvalidInput(
-                f"@schedulable(timeout={timeout!r}) is out of range: use more than 0 and at most 7d"
+                f"{what}(timeout={timeout!r}) is out of range: use more than 0 and at most 7d"
             )
-        return max(1, round(timeout * 1000))
+        return validate_timeout(max(1, round(timeout * 1000)), what=f"{what}(timeout=)")
     return validate_timeout(
-        parse_duration(str(timeout), what="@schedulable timeout"),
-        what="@schedulable(timeout=)",
+        parse_duration(str(timeout), what=f"{what} timeout"), what=f"{what}(timeout=)"
     )
 
 
@@ -172,6 +172,7 @@ def scheduled(
     paused: bool = False,
     dst_repeated: str | None = None,
     dst_missing: str | None = None,
+    timeout: str | float | None = None,
 ) -> Callable[[F], F]:
     """Declare a static schedule of the command below it: `cron` (5 fields, or 6 with seconds
     first) or `every` (a duration such as '5m', slots aligned to the Unix epoch). It is created
@@ -180,7 +181,8 @@ def scheduled(
     `paused=True` the code declares it paused (it fires once an operator resumes it).
     `dst_repeated` (auto, first, last, both) and `dst_missing` (shift, transition, skip) are
     the cron's DST rules; unnamed, a new schedule gets auto and shift and a stored one keeps
-    its own."""
+    its own. `timeout` (a duration, or seconds): this schedule's time limit for each run,
+    overriding the command's @schedulable(timeout=)."""
     trigger = _trigger(cron, every, dst_repeated, dst_missing)
     zone(timezone)
     validate_name(tenant, what="tenant")
@@ -200,6 +202,7 @@ def scheduled(
         jitter_ms=jitter_ms,
         metadata=metadata,
         retry=_retry(max_attempts, retry_backoff, retry_backoff_cap),
+        timeout_ms=_command_timeout(timeout, what="@scheduled"),
         paused=paused,
         dst_declared=dst_repeated is not None or dst_missing is not None,
     )
@@ -236,6 +239,7 @@ class _Declaration:
     jitter_ms: int
     metadata: Mapping[str, str] | None
     retry: RetryPolicy
+    timeout_ms: int | None
     paused: bool
     dst_declared: bool  # the code named the cron's DST rules (see StaticSchedule)
 
@@ -256,6 +260,7 @@ class _Declaration:
             jitter_ms=self.jitter_ms,
             metadata={**(self.metadata or {}), SOURCE_KEY: source},
             retry=self.retry,
+            timeout_ms=self.timeout_ms,
         )
         declared: list[StaticSchedule] = list(getattr(target, SCHEDULES_ATTR, []))
         if any(s.spec.name == spec.name and s.spec.tenant == self.tenant for s in declared):

@@ -285,3 +285,59 @@ def test_a_hung_command_with_a_2s_limit_ends_timed_out_and_the_next_slot_runs(
     assert IGNORED_CANCEL in first.error
     assert "over its time limit of 2s: asked to stop" in daemon.log
     assert "ignored its cancellation" in daemon.log
+
+
+def test_the_schedules_own_timeout_overrides_the_commands_and_a_static_one_is_stored(
+    db_path: Path,
+) -> None:
+    from engine import schedulable, scheduled  # noqa: PLC0415
+    from engine.commands.decorators import command_of, schedules_of  # noqa: PLC0415
+    from engine.runtime.time_limits import TimeLimits  # noqa: PLC0415
+
+    @scheduled(every="1h", name="declared", timeout="5s")
+    @schedulable("limited", timeout="2s")
+    def limited() -> None: ...
+
+    command = command_of(limited)
+    assert command is not None
+    with open_engine(db_path) as engine:
+        engine.commands.register("limited", limited)
+        engine.service.sync_static(schedules_of(limited), actor="test")
+        plain = engine.service.create(
+            ScheduleSpec(
+                name="plain", trigger=IntervalTrigger(3600 * SECOND_MS, 0), command="noop"
+            ),
+            actor="test",
+        )
+        declared = engine.service.get("declared")
+        assert declared.timeout_ms == 5_000
+        limits = TimeLimits(engine.storage.schedules)
+        fires = {s.name: s.id for s in (declared, plain)}
+
+        def limit(name: str, command_ms: int | None) -> int | None:
+            fire = _fire_of(fires[name])
+            return limits.limit_ms(fire, command_ms)
+
+        assert limit("declared", 2_000) == 5_000  # the schedule's wins
+        assert limit("plain", 2_000) == 2_000  # none of its own: the command's
+        assert limit("plain", None) is None
+
+
+def _fire_of(schedule_id: str) -> object:
+    from engine.domain.run import RunKind  # noqa: PLC0415
+    from engine.ports.fire_queue import Fire  # noqa: PLC0415
+
+    return Fire(
+        run_id=1,
+        tenant="default",
+        schedule_id=schedule_id,
+        schedule_name="x",
+        slot_key=f"{schedule_id}@0",
+        slot_at=0,
+        kind=RunKind.SCHEDULED,
+        command="limited",
+        payload={},
+        available_at=0,
+        created_at=0,
+        attempts=1,
+    )
