@@ -1020,6 +1020,34 @@ class FireQueueConformance(StorageConformance):
         (again,) = claim(storage).fires
         assert (again.run_id, again.attempts, again.round_attempts) == (run_id, 3, 1)
 
+    def test_only_a_failure_counts_against_the_retry_budget_and_a_requeue_resets_both_budgets(
+        self, storage: Storage, clock: ManualClock
+    ) -> None:
+        run_id = enqueue(storage, free_schedule(storage), slot(1))
+        now = clock.now_ms()
+        settle_one(storage, claim(storage, limit=1), reschedule(run_id, now))
+        settle_one(storage, claim(storage, limit=1), release(run_id))
+        assert fire_of(storage, run_id).failures == 0, (
+            "a reschedule or a release must not count as a failure"
+        )
+        settle_one(storage, claim(storage, limit=1), fail(run_id, now))
+        assert fire_of(storage, run_id).failures == 1, "a FAIL settlement counts one failure"
+        assert claim(storage, "doomed", limit=1, ttl_ms=1_000).fires  # its consumer dies
+        clock.advance(2)
+        taken = claim(storage, "heir", limit=1)
+        fire = taken.fires[0]
+        assert (fire.attempts, fire.failures, fire.round_deaths) == (5, 1, 1), (
+            "a takeover counts a consumer death, not a failure"
+        )
+        settle_one(storage, taken, discard(run_id))
+
+        assert storage.fire_queue.requeue([run_id], at=clock.now_ms()) == 1
+
+        fire = fire_of(storage, run_id)
+        assert (fire.failures, fire.round_deaths, fire.abandoned_count) == (0, 0, 1), (
+            "a requeue starts both budgets over (the death count itself stays)"
+        )
+
     def test_requeue_fences_the_holder_of_a_claimed_fire(
         self, storage: Storage, clock: ManualClock
     ) -> None:
