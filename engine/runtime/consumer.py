@@ -126,6 +126,10 @@ class _InFlight:
     token: str
     ctx: FireContext
     claimed_till: int
+    # Its time limit (ms; None: none), looked up by the loop thread when it was claimed: a
+    # worker thread does not read the store for it (on PostgreSQL each thread that reads
+    # keeps a pooled connection, and 16 workers beside the loop ran the pool dry).
+    limit_ms: int | None = None
     # perf_counter when a worker took it, and how long the command ran (None: it did not
     # run); both set by its worker thread.
     started: float | None = None
@@ -458,7 +462,7 @@ class FireQueueConsumer:
                 if fire.abandoned_count
                 else None
             )
-            item = _InFlight(fire, token, _context(fire), till)
+            item = _InFlight(fire, token, _context(fire), till, self._limit_ms(fire))
             # In flight until settled (a poisoned one too, for its settlement below).
             inflight[fire.run_id] = item
             if poisoned is not None:
@@ -632,7 +636,7 @@ class FireQueueConsumer:
 
         if enqueuer is not None:
             return hand_over(enqueuer, fire, retry, self._clock), None
-        limit_ms = self.time_limits.limit_ms(fire, None if command is None else command.timeout_ms)
+        limit_ms = item.limit_ms
         handle = None
         if limit_ms is not None:
             item.ctx.timeout_ms = limit_ms
@@ -643,6 +647,13 @@ class FireQueueConsumer:
                 on_ignored=lambda: self._settle_ignoring(item, limit_ms, retry),
             )
         return execute(command, fire, item.ctx, retry, self._clock, runner), handle
+
+    def _limit_ms(self, fire: Fire) -> int | None:
+        """The time limit of a run of `fire` (on the loop thread, at its claim)."""
+        if self._enqueuer is not None:
+            return None  # handed over, not run here
+        command = self._commands.get(fire.command) if fire.command in self._commands else None
+        return self.time_limits.limit_ms(fire, None if command is None else command.timeout_ms)
 
     def _settle_ignoring(
         self, item: _InFlight, limit_ms: int, retry: Callable[[], RetryPolicy]
