@@ -30,5 +30,5 @@ def chaos_mark(*, fire: FireContext) -> None:
     """Record this execution (`start RUN_ID ATTEMPT PID UNIX_MS`), work a little, so that kills
     land mid-command too, and record its end (`done ...`). It never fails."""
     stamp("start", fire)
-    fire.wait_cancelled(0.2)
+    fire.wait_cancelled(0.1)
     stamp("done", fire)
