@@ -178,3 +178,17 @@ def freeze_inside_dispatch(reader: Reader, daemon: Daemon, deadline_s: float = 9
             return frozen_at
         os.kill(daemon.pid, signal.SIGCONT)
     raise AssertionError(f"{daemon.node_id} never froze inside a dispatch transaction")
+
+
+def freeze_outside_dispatch(reader: Reader, daemon: Daemon, deadline_s: float = 30.0) -> int:
+    """SIGSTOP `daemon` while it holds no lease row lock (between transactions: its sessions
+    idle, the advisory driver's lock still held); the server instant it was frozen at."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        os.kill(daemon.pid, signal.SIGSTOP)
+        frozen_at = reader.now_ms()
+        if not reader.holds_lease_row_lock(daemon.pid):
+            return frozen_at
+        os.kill(daemon.pid, signal.SIGCONT)
+        time.sleep(0.05)
+    raise AssertionError(f"{daemon.node_id} was always inside a dispatch transaction")

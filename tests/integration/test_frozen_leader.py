@@ -22,6 +22,7 @@ from tests.integration.pg_nodes import (
     assert_every_slot_once,
     every_second,
     freeze_inside_dispatch,
+    freeze_outside_dispatch,
     fresh_database,
     start_node,
     wait_dispatched_through,
@@ -39,10 +40,13 @@ def db() -> Iterator[tuple[str, Reader]]:
         yield opened
 
 
+@pytest.mark.parametrize("where", ["inside", "outside"])
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_a_leader_frozen_inside_its_dispatch_transaction_is_replaced_within_the_ttl(
-    db: tuple[str, Reader], tmp_path: Path, driver: str
+def test_a_frozen_leader_is_replaced_within_the_ttl_and_dispatches_nothing_after(
+    db: tuple[str, Reader], tmp_path: Path, driver: str, where: str
 ) -> None:
+    """Frozen inside its dispatch transaction (the lease row locked) or outside it (between
+    transactions; on the advisory driver its session still holds the lock)."""
     url, reader = db
     firsts = every_second(url, reader, count=20)
     a = start_node(url, "a", tmp_path, ttl="3s", driver=driver)
@@ -51,7 +55,8 @@ def test_a_leader_frozen_inside_its_dispatch_transaction_is_replaced_within_the_
         wait_for(lambda: reader.holder() == "a", 30, "a to lead")
         b = start_node(url, "b", tmp_path, ttl="3s", driver=driver)
         wait_for(lambda: "vortos b on" in b.log, 30, "b to stand by")
-        frozen_at = freeze_inside_dispatch(reader, a)
+        freeze = freeze_inside_dispatch if where == "inside" else freeze_outside_dispatch
+        frozen_at = freeze(reader, a)
         runs_of_a = reader.runs_by("a")
         try:
             wait_for(
