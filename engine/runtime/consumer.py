@@ -644,7 +644,7 @@ class FireQueueConsumer:
                 fire,
                 limit_ms,
                 on_expiry=lambda: item.ctx.cancel(CancelReason.TIMEOUT),
-                on_ignored=lambda: self._settle_ignoring(item, limit_ms, retry),
+                on_ignored=lambda: self._settle_ignoring(item, limit_ms),
             )
         return execute(command, fire, item.ctx, retry, self._clock, runner), handle
 
@@ -655,15 +655,13 @@ class FireQueueConsumer:
         command = self._commands.get(fire.command) if fire.command in self._commands else None
         return self.time_limits.limit_ms(fire, None if command is None else command.timeout_ms)
 
-    def _settle_ignoring(
-        self, item: _InFlight, limit_ms: int, retry: Callable[[], RetryPolicy]
-    ) -> None:
+    def _settle_ignoring(self, item: _InFlight, limit_ms: int) -> None:
         """On the watchdog's thread: the command of `item` ignored its cancellation past its
-        time limit; its run is settled timed_out without it (retried per its policy)."""
+        time limit; its run is settled timed_out without it (retried per its policy, as read
+        at its claim: this thread does not read the store)."""
         item.ran_s = time.perf_counter() - (item.started or time.perf_counter())
-        self._done.append(
-            (item, timed_out(item.fire, retry(), self._clock, limit_ms, ignored=True))
-        )
+        policy = self.time_limits.retry_policy(item.fire)
+        self._done.append((item, timed_out(item.fire, policy, self._clock, limit_ms, ignored=True)))
         if self._observer.active:
             self._observer.commands_ignoring_cancel(self.time_limits.ignoring)
         self._wake.set()

@@ -30,6 +30,7 @@ from enum import Enum
 from typing import Any
 
 from engine.domain.errors import StorageError
+from engine.domain.retry import RetryPolicy
 from engine.domain.timeutil import format_duration
 from engine.ports.fire_queue import Fire
 from engine.ports.schedules import ScheduleStore
@@ -81,7 +82,9 @@ class TimeLimits:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._timeouts: dict[str, tuple[float, int | None]] = {}  # schedule id -> (read, ms)
+        # schedule id -> (read at, its timeout, its retry policy); touched by the loop thread
+        # only (the watchdog reads the retry policy of a fire claimed, so looked up, before).
+        self._schedules_seen: dict[str, tuple[float, int | None, RetryPolicy]] = {}
         self._ignoring: dict[int, _Watched] = {}
         self.timed_out = 0  # runs this watchdog stopped (asked to stop), ever
 
@@ -92,18 +95,27 @@ class TimeLimits:
         own = self._schedule_timeout(fire.schedule_id)
         return own if own is not None else command_limit_ms
 
+    def retry_policy(self, fire: Fire) -> RetryPolicy:
+        """The retry policy of `fire`'s schedule as last read for its limit (no read of the
+        store: the watchdog's thread settles with it, and on PostgreSQL every thread that
+        reads holds a pooled connection)."""
+        seen = self._schedules_seen.get(fire.schedule_id)
+        return RetryPolicy() if seen is None else seen[2]
+
     def _schedule_timeout(self, schedule_id: str) -> int | None:
         now = time.monotonic()
-        cached = self._timeouts.get(schedule_id)
+        cached = self._schedules_seen.get(schedule_id)
         if cached is not None and now - cached[0] < SCHEDULE_LOOK_S:
             return cached[1]
         try:
             schedule = self._schedules.get(schedule_id)
         except StorageError:
             return None if cached is None else cached[1]  # the last one known
-        timeout = None if schedule is None else schedule.timeout_ms
-        self._timeouts[schedule_id] = (now, timeout)
-        return timeout
+        if schedule is None:
+            self._schedules_seen[schedule_id] = (now, None, RetryPolicy())
+            return None
+        self._schedules_seen[schedule_id] = (now, schedule.timeout_ms, schedule.retry)
+        return schedule.timeout_ms
 
     # -- the watchdog -----------------------------------------------------------------------
 
