@@ -628,7 +628,13 @@ class FireQueueConsumer:
         enqueuer = self._enqueuer
 
         def retry() -> RetryPolicy:
-            # Read only when an attempt failed: a success costs no read of the schedule.
+            # Asked only when an attempt failed. The policy as the loop thread read it at the
+            # claim: a worker that read the store itself would hold a pooled connection from
+            # then on (PostgreSQL), and 16 failing workers beside the loop ran the pool dry,
+            # each waiting out the pool's timeout and then settling with the default policy.
+            known = self.time_limits.known_retry_policy(fire)
+            if known is not None:
+                return known
             try:
                 return self._retry_policy(fire)
             except StorageError:
@@ -651,6 +657,7 @@ class FireQueueConsumer:
     def _limit_ms(self, fire: Fire) -> int | None:
         """The time limit of a run of `fire` (on the loop thread, at its claim)."""
         if self._enqueuer is not None:
+            self.time_limits.limit_ms(fire, None)  # its retry policy read here, not by a worker
             return None  # handed over, not run here
         command = self._commands.get(fire.command) if fire.command in self._commands else None
         return self.time_limits.limit_ms(fire, None if command is None else command.timeout_ms)

@@ -102,6 +102,11 @@ class TimeLimits:
         seen = self._schedules_seen.get(fire.schedule_id)
         return RetryPolicy() if seen is None else seen[2]
 
+    def known_retry_policy(self, fire: Fire) -> RetryPolicy | None:
+        """The retry policy of `fire`'s schedule as read at its claim, None if never read."""
+        seen = self._schedules_seen.get(fire.schedule_id)
+        return None if seen is None else seen[2]
+
     def _schedule_timeout(self, schedule_id: str) -> int | None:
         now = time.monotonic()
         cached = self._schedules_seen.get(schedule_id)
