@@ -107,7 +107,6 @@ _LIVE = (
 # The definitions of the schedules a claim locked shared.
 _DEFINITIONS = "SELECT id, overlap, status FROM schedules WHERE id = ANY(%s::text[])"
 _POLICIES = {p.value: p for p in OverlapPolicy}
-_ACTIVE = ScheduleStatus.ACTIVE.value
 _TRY_LOCKS = (
     "SELECT sid FROM unnest(%s::text[], %s::bigint[], %s::boolean[]) AS t(sid, k, exclusive) "
     "WHERE CASE WHEN exclusive THEN pg_try_advisory_xact_lock(k) "
@@ -130,6 +129,31 @@ _TAKE = (
     "finished_at = NULL, exit_code = NULL, output = NULL, attempts = f.attempts, "
     "abandoned = f.abandoned_count FROM f WHERE runs.id = f.run_id RETURNING runs.*) "
     f"SELECT {FIRE_COLUMNS} FROM f JOIN r ON r.id = f.run_id ORDER BY f.available_at, f.run_id"
+)
+# The fast path of a claim: fires of schedules whose fires run side by side (allow, active),
+# locked straight from the open fires' index, oldest available first, skipping any another
+# consumer holds, so that concurrent consumers take disjoint fires instead of all reading the
+# same head and then losing most of it to each other. Only fires older than the first
+# claimable fire at the head (the first `cap`, as the general scan reads) whose schedule needs
+# a decision (any other policy, paused, deleted) are taken, so that the claim keeps its order
+# of availability; that fire and those after it are left to the general path. With each fire
+# locked, its schedule and row address; and whether the head holds such a fire at all.
+_ALLOW, _ACTIVE = OverlapPolicy.ALLOW.value, ScheduleStatus.ACTIVE.value
+_FREE = f"(s.overlap = '{_ALLOW}' AND s.status = '{_ACTIVE}') IS TRUE"
+_FAST = (
+    "WITH head AS (SELECT f.available_at, f.run_id, "
+    f"{_FREE} AS free FROM fire_queue f LEFT JOIN schedules s ON s.id = f.schedule_id "
+    f"WHERE {_CLAIMABLE}{{only}} ORDER BY f.available_at, f.run_id LIMIT %(cap)s), "
+    "bound AS (SELECT available_at, run_id FROM head WHERE NOT free "
+    "ORDER BY available_at, run_id LIMIT 1), "
+    "locked AS (SELECT f.run_id, f.ctid, f.schedule_id FROM fire_queue f "
+    "JOIN schedules s ON s.id = f.schedule_id "
+    f"WHERE {_CLAIMABLE}{{only}} AND {_FREE} AND NOT EXISTS (SELECT FROM bound b "
+    "WHERE (f.available_at, f.run_id) >= (b.available_at, b.run_id)) "
+    "ORDER BY f.available_at, f.run_id LIMIT %(limit)s FOR UPDATE OF f SKIP LOCKED) "
+    "SELECT l.run_id, l.ctid::text, l.schedule_id, EXISTS (SELECT FROM bound) FROM locked l "
+    "UNION ALL SELECT NULL, NULL, NULL, EXISTS (SELECT FROM bound) "
+    "WHERE NOT EXISTS (SELECT FROM locked)"
 )
 # Fires decided at claim time never to run (skipped, superseded), and their runs.
 _UNRUN = (
@@ -170,6 +194,57 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
         if commands is not None:
             args["commands"] = array_literal(sorted(commands))
             only = " AND f.command = ANY(%(commands)s::text[])"
+        taken, decide = self._take_free(conn, claim, args, only, limit, now)
+        if decide and taken < limit:
+            self._take_deciding(conn, claim, args, only, limit - taken, now)
+
+    def _take_free(
+        self, conn: Conn, claim: Claim, args: dict[str, Any], only: str, limit: int, now: int
+    ) -> tuple[int, bool]:
+        """The fast path: claim, in three round trips whatever their number, the fires at the
+        head of the queue whose schedules need no decision (allow, active). How many it took,
+        and whether the general path must still look (the head holds a fire whose schedule
+        needs a decision, or one of the fires locked here lost its schedule's lock or its
+        definition meanwhile)."""
+        found = _named(conn, _FAST.format(only=only), {**args, "limit": limit})
+        decide = bool(found[0][3])
+        locked = [r for r in found if r[0] is not None]
+        if not locked:
+            return 0, decide
+        # The schedules' shared locks (a change of policy meanwhile conflicts with the
+        # exclusive lock of a claim that saw it) and, under them, their definitions again.
+        order = sorted({r[2] for r in locked})
+        with conn.pipeline():
+            got_cur = conn.execute(
+                _TRY_LOCKS,
+                (
+                    array_literal(order),
+                    int_array(_schedule_lock(s) for s in order),
+                    array_literal(False for _ in order),
+                ),
+            )
+            defined_cur = conn.execute(_DEFINITIONS, (array_literal(order),))
+        got = {sid for (sid,) in got_cur.fetchall()}
+        free = {
+            sid
+            for sid, overlap, status in defined_cur.fetchall()
+            if sid in got and overlap == _ALLOW and status == _ACTIVE
+        }
+        take = [r for r in locked if r[2] in free]
+        if len(take) < len(locked):
+            # Left out, still row-locked here: the general path decides about them (a lock
+            # this transaction holds does not hide a fire from it).
+            decide = True
+        if take:
+            self._apply_claim(conn, claim, [r[0] for r in take], {r[0]: r[1] for r in take}, now)
+        return len(claim.fires), decide
+
+    def _take_deciding(
+        self, conn: Conn, claim: Claim, args: dict[str, Any], only: str, limit: int, now: int
+    ) -> None:
+        """The general path: scan, lock the schedules decided about, read again, plan, lock
+        the fires the plan changes, write (see the module's docstring)."""
+        args = {**args, "cap": limit * 2 + 32}
         seen, available, running = self._scan(conn, args, only)
         locked = self._lock_schedules(conn, seen, running, limit)
         # A deleted schedule's fires are skipped whatever else happens: they need no lock.
@@ -361,7 +436,10 @@ class PostgresFireQueue(SqlFireQueue[PgPool]):
             # A row address is "(block,offset)": quoted, it needs no escaping.
             "rows": '{"' + '","'.join(rows_of[rid] for rid in run_ids) + '"}',
         }
-        claim.fires = [fire_from_row(r) for r in _named(conn, _TAKE, args)]
+        fires = [fire_from_row(r) for r in _named(conn, _TAKE, args)]
+        if claim.fires:  # the general path after the fast one: one order of availability
+            fires = sorted([*claim.fires, *fires], key=lambda f: (f.available_at, f.run_id))
+        claim.fires = fires
 
     @staticmethod
     def _finish_unrun(

@@ -82,7 +82,12 @@ CREATE TABLE runs (
     abandoned     INTEGER NOT NULL DEFAULT 0,
     -- The slot key alone decides "already dispatched": unique per tenant.
     UNIQUE (slot_at, slot_key, tenant)
-);
+)
+-- A run is written three times (dispatched, running, finished), and no column its claim or
+-- its settle changes is indexed: with room left on its page each later write is a HOT update
+-- (no index entry written, the old version pruned in place) instead of a new tuple elsewhere
+-- with an entry in each of the three indexes.
+WITH (fillfactor = 60);
 
 CREATE INDEX runs_by_schedule ON runs (schedule_id, slot_at);
 
