@@ -17,6 +17,7 @@ class ScheduleQuery:
     tenants: frozenset[str] | None = None
     status: ScheduleStatus | None = None
     name_prefix: str | None = None
+    ids: frozenset[str] | None = None  # only these schedules (None: any)
     limit: int = 1000
     offset: int = 0
 

@@ -456,6 +456,8 @@ class FireQueueConsumer:
         self._refill_at = self._low(ahead) if ahead else 0
         refused: list[Settlement] = []
         inflight, jobs, token, till = self._inflight, self._jobs, claim.token, claim.claimed_till
+        if claim.fires:
+            self.time_limits.look_up(claim.fires)  # one read for the claim, not one per schedule
         for fire in claim.fires:
             poisoned = (
                 abandoned_too_often(fire, self.config.consumer_deaths, self._clock)

@@ -25,7 +25,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any
 
@@ -33,7 +33,7 @@ from engine.domain.errors import StorageError
 from engine.domain.retry import RetryPolicy
 from engine.domain.timeutil import format_duration
 from engine.ports.fire_queue import Fire
-from engine.ports.schedules import ScheduleStore
+from engine.ports.schedules import ScheduleQuery, ScheduleStore
 
 log = logging.getLogger("vortos.consumer")
 
@@ -89,6 +89,28 @@ class TimeLimits:
         self.timed_out = 0  # runs this watchdog stopped (asked to stop), ever
 
     # -- which limit ------------------------------------------------------------------------
+
+    def look_up(self, fires: Iterable[Fire]) -> None:
+        """Read the schedules of `fires` not read lately, in one query (a claim's worth, on
+        the loop thread): `limit_ms` and the retry policies are then answered from memory,
+        so a claim of fires of many schedules costs one read, not one per schedule."""
+        now = time.monotonic()
+        seen = self._schedules_seen
+        stale = {
+            f.schedule_id
+            for f in fires
+            if (cached := seen.get(f.schedule_id)) is None or now - cached[0] >= SCHEDULE_LOOK_S
+        }
+        if not stale:
+            return
+        try:
+            found = self._schedules.query(ScheduleQuery(ids=frozenset(stale), limit=len(stale)))
+        except StorageError:
+            return  # each is asked again, one by one, by limit_ms (the last one known kept)
+        for schedule in found:
+            seen[schedule.id] = (now, schedule.timeout_ms, schedule.retry)
+        for gone in stale - {s.id for s in found}:
+            seen[gone] = (now, None, RetryPolicy())
 
     def limit_ms(self, fire: Fire, command_limit_ms: int | None) -> int | None:
         """The limit of a run of `fire`: its schedule's, else its command's, else None."""

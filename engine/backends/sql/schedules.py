@@ -48,6 +48,8 @@ def schedule_query_sql(query: ScheduleQuery, dialect: Dialect) -> tuple[str, lis
     if query.name_prefix:
         condition, args = dialect.starts_with("name", query.name_prefix)
         where.add(condition, *args)
+    if query.ids is not None:
+        where.add(dialect.one_of("id", dialect.mark, "text"), dialect.bind_list(sorted(query.ids)))
     text = dialect.byte_order
     m = dialect.mark
     sql = (

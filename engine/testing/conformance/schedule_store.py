@@ -451,6 +451,20 @@ class ScheduleStoreConformance(StorageConformance):
         assert storage.schedules.query(ScheduleQuery(status=ScheduleStatus.ACTIVE)) == [active]
         assert storage.schedules.query(ScheduleQuery(status=ScheduleStatus.PAUSED)) == [paused]
 
+    def test_query_by_ids_returns_only_those_schedules(self, storage: Storage) -> None:
+        wanted = [stored_schedule(storage, f"job-{n}", tenant="acme") for n in range(3)]
+        stored_schedule(storage, "job-x", tenant="acme")
+        other = stored_schedule(storage, "job-0", tenant="globex")
+        ids = frozenset({wanted[0].id, wanted[2].id, other.id, "no-such-id"})
+
+        found = storage.schedules.query(ScheduleQuery(ids=ids))
+
+        assert {s.id for s in found} == {wanted[0].id, wanted[2].id, other.id}
+        assert storage.schedules.query(ScheduleQuery(ids=frozenset())) == []
+        assert storage.schedules.query(ScheduleQuery(tenant="acme", ids=ids)) == [
+            s for s in found if s.tenant == "acme"
+        ]
+
     def test_query_without_a_status_includes_every_status(self, storage: Storage) -> None:
         for status in ScheduleStatus:
             stored_schedule(storage, f"job-{status.value}", status=status)
