@@ -37,8 +37,9 @@ def zone(name: str) -> ZoneInfo:
         ) from None
 
 
-def parse_duration(text: str, *, what: str = "duration") -> int:
-    """`90`, `30s`, `5m`, `1h`, `1h30m`, `1d`, `250ms` to milliseconds. A bare number is seconds."""
+def parse_duration(text: str, *, what: str = "duration", longest_ms: int = DURATION_MAX_MS) -> int:
+    """`90`, `30s`, `5m`, `1h`, `1h30m`, `1d`, `250ms` to milliseconds. A bare number is seconds.
+    One longer than `longest_ms` is refused, naming that bound."""
     raw = text.strip().lower()
     value: int | None = None
     if re.fullmatch(r"\d+", raw):
@@ -46,8 +47,10 @@ def parse_duration(text: str, *, what: str = "duration") -> int:
     elif raw and _DURATION_PART.sub("", raw) == "" and _DURATION_PART.match(raw):
         value = sum(int(n) * _UNIT_MS[u] for n, u in _DURATION_PART.findall(raw))
     if value is not None:
-        if value > DURATION_MAX_MS:
-            raise InvalidInput(f"{what} {text!r} is too long: at most {DURATION_MAX_MS // DAY_MS}d")
+        if value > longest_ms:
+            raise InvalidInput(
+                f"{what} {text!r} is too long: at most {format_duration(longest_ms)}"
+            )
         return value
     raise InvalidInput(
         f"{what} {text!r} is not a duration: write seconds (90) or a number with a unit "

@@ -45,6 +45,8 @@ def test_edit_changes_the_timeout_and_none_removes_it(db_path: Path) -> None:
         pytest.param("-1s", ("--timeout", "negative"), id="negative"),
         pytest.param("0s", ("--timeout", "zero"), id="zero"),
         pytest.param("8d", ("timeout", "7d"), id="over-a-week"),
+        # Past any duration's bound, the bound named is still the time limit's (it said 3660d).
+        pytest.param("3661d", ("timeout", "at most 7d"), id="over-any-duration"),
     ],
 )
 def test_a_bad_timeout_is_refused_and_changes_nothing(

@@ -22,7 +22,13 @@ from engine import (
 from engine.domain.clock import SystemClock
 from engine.domain.errors import InvalidInput
 from engine.domain.patch import SchedulePatch, new_spec
-from engine.domain.schedule import DEFAULT_TENANT, Schedule, parse_payload, validate_name
+from engine.domain.schedule import (
+    DEFAULT_TENANT,
+    TIMEOUT_MAX_MS,
+    Schedule,
+    parse_payload,
+    validate_name,
+)
 from engine.domain.timeutil import parse_duration, parse_instant
 from engine.service import validate_spec
 from vortos_tui.cli.context import open_existing, open_for_read, open_for_write, operator, state
@@ -168,7 +174,7 @@ def _timeout(text: str | None) -> int | None:
         return 0
     if text.strip().startswith("-"):
         raise InvalidInput(f"--timeout {text!r} is negative: give a duration such as 30s, or none")
-    limit = parse_duration(text, what="timeout")
+    limit = parse_duration(text, what="timeout", longest_ms=TIMEOUT_MAX_MS)
     if limit <= 0:
         raise InvalidInput(f"--timeout {text!r} is zero: give at least 1ms, or none")
     return limit
