@@ -134,16 +134,19 @@ _TAKE = (
 # locked straight from the open fires' index, oldest available first, skipping any another
 # consumer holds, so that concurrent consumers take disjoint fires instead of all reading the
 # same head and then losing most of it to each other. Only fires older than the first
-# claimable fire at the head (the first `cap`, as the general scan reads) whose schedule needs
-# a decision (any other policy, paused, deleted) are taken, so that the claim keeps its order
-# of availability; that fire and those after it are left to the general path. With each fire
-# locked, its schedule and row address; and whether the head holds such a fire at all.
+# claimable fire at the head (as many as the claim may take) whose schedule needs a decision
+# (any other policy, paused, deleted) are taken, so that the claim keeps the order of
+# availability; that fire and those after it are left to the general path. (Beside other
+# claims not yet committed, whose fires still read as claimable, a claim reaches past the head
+# it checked: the order holds between consumers only to within a batch, as on the general
+# path.) With each fire locked, its schedule and row address; and whether the head holds
+# such a fire at all.
 _ALLOW, _ACTIVE = OverlapPolicy.ALLOW.value, ScheduleStatus.ACTIVE.value
 _FREE = f"(s.overlap = '{_ALLOW}' AND s.status = '{_ACTIVE}') IS TRUE"
 _FAST = (
     "WITH head AS (SELECT f.available_at, f.run_id, "
     f"{_FREE} AS free FROM fire_queue f LEFT JOIN schedules s ON s.id = f.schedule_id "
-    f"WHERE {_CLAIMABLE}{{only}} ORDER BY f.available_at, f.run_id LIMIT %(cap)s), "
+    f"WHERE {_CLAIMABLE}{{only}} ORDER BY f.available_at, f.run_id LIMIT %(limit)s), "
     "bound AS (SELECT available_at, run_id FROM head WHERE NOT free "
     "ORDER BY available_at, run_id LIMIT 1), "
     "locked AS (SELECT f.run_id, f.ctid, f.schedule_id FROM fire_queue f "
