@@ -95,20 +95,22 @@ ALTER TABLE runs DROP CONSTRAINT runs_state_check;
 ALTER TABLE runs ADD CONSTRAINT runs_state_check
     CHECK (state IN ('dispatched', 'running', 'completed', 'failed',
                      'dead_lettered', 'skipped', 'cancelled', 'timed_out'));
+-- The legal moves as the trigger's WHEN condition: the function only refuses (schema.sql).
+DROP TRIGGER runs_legal_transition ON runs;
 CREATE OR REPLACE FUNCTION vortos_runs_legal_transition() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NEW.state <> OLD.state AND NOT (
+    RAISE EXCEPTION 'illegal run state transition' USING ERRCODE = 'check_violation';
+END $$;
+CREATE TRIGGER runs_legal_transition BEFORE UPDATE OF state ON runs
+    FOR EACH ROW WHEN (NEW.state <> OLD.state AND NOT (
            (OLD.state = 'dispatched' AND NEW.state IN ('running', 'skipped', 'cancelled',
                                                        'dead_lettered'))
         OR (OLD.state = 'running' AND NEW.state IN ('completed', 'failed', 'dead_lettered',
                                                     'cancelled', 'dispatched', 'skipped',
                                                     'timed_out'))
         OR (OLD.state IN ('failed', 'dead_lettered', 'timed_out') AND NEW.state = 'dispatched')
-    ) THEN
-        RAISE EXCEPTION 'illegal run state transition' USING ERRCODE = 'check_violation';
-    END IF;
-    RETURN NEW;
-END $$;
+))
+    EXECUTE FUNCTION vortos_runs_legal_transition();
 CREATE TABLE nodes (
     node_id      TEXT PRIMARY KEY,
     shards       INTEGER NOT NULL,
