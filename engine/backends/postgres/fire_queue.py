@@ -127,7 +127,8 @@ _TAKE = (
     "WHERE ctid = ANY(%(rows)s::tid[]) AND run_id = ANY(%(ids)s::bigint[]) RETURNING *), "
     "r AS (UPDATE runs SET state = 'running', started_at = %(now)s, consumer = %(consumer)s, "
     "finished_at = NULL, exit_code = NULL, output = NULL, attempts = f.attempts, "
-    "abandoned = f.abandoned_count FROM f WHERE runs.id = f.run_id RETURNING runs.*) "
+    "abandoned = f.abandoned_count FROM f WHERE runs.id = f.run_id "
+    "RETURNING runs.id, runs.schedule_name, runs.slot_key, runs.kind) "
     f"SELECT {FIRE_COLUMNS} FROM f JOIN r ON r.id = f.run_id ORDER BY f.available_at, f.run_id"
 )
 # The fast path of a claim: fires of schedules whose fires run side by side (allow, active),
