@@ -68,17 +68,19 @@ class TestOnPostgres(OnPostgres, OurStores, FairDispatchConformance):
         import psycopg  # noqa: PLC0415 - the postgres extra
 
         from engine.backends.postgres import PostgresBackend  # noqa: PLC0415
-        from engine.backends.postgres.changes import LISTENER_NAME  # noqa: PLC0415
+        from engine.backends.postgres.changes import LISTEN_QUERY  # noqa: PLC0415
+        from engine.backends.postgres.connection import application_name  # noqa: PLC0415
 
         assert isinstance(storage, PostgresBackend)
         storage.changes.wait(5.0)
         with psycopg.connect(storage.url, autocommit=True) as admin:
             schema = admin.execute("SELECT current_schema()").fetchone()
             assert schema is not None
+            # This process's listener: named as its other sessions, found by what it waits on.
             ended = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = %s",
-                (f"{LISTENER_NAME}{schema[0]}",),
+                "WHERE application_name = %s AND query = %s AND datname = current_database()",
+                (application_name(), LISTEN_QUERY),
             ).fetchall()
         assert ended == [(True,)]
         # Notifications sent while it was away are lost: reconnecting counts as a change.

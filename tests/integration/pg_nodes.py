@@ -74,7 +74,8 @@ class Reader:
         )
 
     def terminate_pool_sessions(self, pid: int) -> int:
-        """pg_terminate_backend on every pool session of process `pid`; how many."""
+        """pg_terminate_backend on every session of process `pid` (its pool, its lease's, its
+        change listener: each is named `vortos HOST:PID`); how many."""
         return len(
             self.rows(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -17,6 +17,7 @@ import pytest
 
 from engine.backends.postgres import PostgresBackend
 from engine.backends.postgres.advisory_lease import PostgresAdvisoryLease
+from engine.backends.postgres.changes import LISTEN_QUERY
 from engine.backends.postgres.connection import SESSION_SETTINGS
 from engine.domain.audit import KeyRing
 from tests.integration.pg_nodes import Reader, every_second, fresh_database, start_node
@@ -161,10 +162,6 @@ def test_sessions_cut_during_start_up_are_retried(db: tuple[str, Reader], tmp_pa
         deadline = time.monotonic() + 30
         while "lost the connection" not in a.log and time.monotonic() < deadline:
             reader.terminate_pool_sessions(a.pid)
-            reader.rows(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name LIKE 'vortos-l%%' AND pid <> pg_backend_pid()"
-            )
             assert a.process.poll() is None, a.log
             time.sleep(0.02)
         assert "lost the connection" in a.log, a.log
@@ -194,5 +191,39 @@ def test_a_session_cut_at_runtime_is_logged_as_a_lost_connection(
         )
         assert a.process.poll() is None, a.log
         assert BAD_URL_HINT not in a.log, a.log
+    finally:
+        a.terminate()
+
+
+def test_the_change_listener_is_named_as_its_node_and_backs_off_from_cuts(
+    db: tuple[str, Reader], tmp_path: Path
+) -> None:
+    """The listener's session is `vortos HOST:PID` like the node's others (so cutting one
+    node's sessions cuts it too); cut again and again, it reconnects with a growing delay,
+    saying it lost the connection to the database, instead of logging dozens of lines a
+    second."""
+    url, reader = db
+    every_second(url, reader)
+    a = start_node(url, "a", tmp_path, ttl="3s")
+    listener = "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s AND query = %s"
+    named = (f"vortos %:{a.pid}", LISTEN_QUERY)
+    try:
+        wait_for(lambda: reader.runs_by("a") >= 2, 30, "a to dispatch")
+        wait_for(lambda: bool(reader.rows(listener, named)), 30, "a's listener")
+        started = time.monotonic()
+        while time.monotonic() - started < 5.0:
+            reader.rows(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE %s AND query = %s",
+                named,
+            )
+            time.sleep(0.02)
+        lost = a.log.count("change feed: lost the connection to database")
+        assert lost >= 1, a.log
+        # 0.1 s doubling to 5 s: a handful in 5 s, not one per cut (there were ~250 cuts).
+        assert lost <= 8, a.log
+        assert BAD_URL_HINT not in a.log, a.log
+        wait_for(lambda: bool(reader.rows(listener, named)), 30, "a to listen again")
+        assert a.process.poll() is None, a.log
     finally:
         a.terminate()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from engine.backends.postgres.connection import (
     CONNECT_TIMEOUT_S,
     PgPool,
+    application_name,
     connect_kwargs,
     limit_session,
 )
@@ -33,8 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CHANNEL = "vortos"
-# The listener's application_name is this followed by its schema's name.
-LISTENER_NAME = "vortos-listen "
+# The listener's session is named as every session of the process is (`vortos HOST:PID`,
+# connection.application_name), so an operator who cuts one node's sessions cuts it too; its
+# query, `LISTEN vortos`, tells it apart.
+LISTEN_QUERY = f"LISTEN {CHANNEL}"
 # With the caller's own event to watch as well, the count is looked at this often (a lock and
 # an integer, no I/O), while the event itself is waited on directly.
 _LOOK_EVERY_S = 0.025
@@ -124,35 +127,48 @@ class PostgresChangeFeed:
 
     def _listen(self) -> None:
         backoff = _RECONNECT_FIRST_S
+        where = self._pool.where
         while not self._closed.is_set():
             try:
                 conn = self._connect()
             except Exception as exc:  # noqa: BLE001 - any failure: wait and try again
                 log.warning(
-                    "change feed: cannot listen (%s); retrying in %.1fs", _first_line(exc), backoff
+                    "change feed: cannot connect to database %s (%s); retrying in %.1f s",
+                    where,
+                    _first_line(exc),
+                    backoff,
                 )
                 self._listening.set()  # a first wait does not wait for a server that is down
                 if self._closed.wait(backoff):
                     return
                 backoff = min(backoff * 2, _RECONNECT_MAX_S)
                 continue
-            backoff = _RECONNECT_FIRST_S
+            up_since = time.monotonic()
             try:
-                # Named after its schema, so an operator (or a test) can tell listeners apart.
-                schema = conn.execute(
-                    "SELECT current_schema(), set_config('application_name', "
-                    "%s || coalesce(current_schema(), ''), false)",
-                    (LISTENER_NAME,),
-                ).fetchone()
-                conn.execute(f"LISTEN {CHANNEL}")
+                schema = conn.execute("SELECT current_schema()").fetchone()
+                conn.execute(LISTEN_QUERY)
                 # Whatever was committed before now went unheard (the first time, a first
                 # wait's baseline includes this).
                 self._bump()
                 self._listening.set()
                 self._drain(conn, None if schema is None else schema[0])
             except Exception as exc:  # noqa: BLE001 - a broken connection: reconnect
-                if not self._closed.is_set():
-                    log.warning("change feed: connection lost (%s); reconnecting", _first_line(exc))
+                if self._closed.is_set():
+                    return
+                # Backing off from a connection cut again and again (a loop of
+                # pg_terminate_backend, a server refusing after login): one that stayed up a
+                # while starts over from the first delay.
+                if time.monotonic() - up_since > _RECONNECT_MAX_S:
+                    backoff = _RECONNECT_FIRST_S
+                log.warning(
+                    "change feed: lost the connection to database %s (%s); reconnecting in %.1f s",
+                    where,
+                    _first_line(exc),
+                    backoff,
+                )
+                if self._closed.wait(backoff):
+                    return
+                backoff = min(backoff * 2, _RECONNECT_MAX_S)
             finally:
                 conn.close()
 
@@ -164,7 +180,7 @@ class PostgresChangeFeed:
         conn = psycopg.connect(
             self._pool.url,
             **connect_kwargs(self._pool.url),
-            application_name=LISTENER_NAME.strip(),
+            application_name=application_name(),
         )
         try:
             limit_session(conn)
