@@ -364,5 +364,6 @@ CREATE TABLE nodes (
     shards       INTEGER NOT NULL,  -- the shard count it runs with
     started_at   INTEGER NOT NULL,
     heartbeat_at INTEGER NOT NULL,
-    expires_at   INTEGER NOT NULL   -- live until then unless it beats again
+    expires_at   INTEGER NOT NULL,  -- live until then unless it beats again
+    lease_driver TEXT NOT NULL DEFAULT 'row'  -- how it holds its leases: every node the same
 );

@@ -14,9 +14,11 @@ from engine.runtime.nodes import mismatched
 
 
 class NodeShards(_Named):
-    """Every live node runs with one shard count: nodes of two counts lead two sets of leases
-    at once, and their shares never add up. Warns when they agree on a count the doctor's
-    shards setting does not say (its lease.holder then checks the wrong leases)."""
+    """Every live node runs with one shard count and one lease driver: nodes of two counts
+    lead two sets of leases at once, and their shares never add up; nodes of two drivers each
+    believe they lead (fencing keeps dispatch exactly once, but leadership flips between them).
+    Warns when they agree on a count the doctor's shards setting does not say (its
+    lease.holder then checks the wrong leases)."""
 
     def __init__(self) -> None:
         super().__init__("cluster.nodes")
@@ -29,6 +31,18 @@ class NodeShards(_Named):
         if not live:
             # Nothing to disagree: daemons embedded in a program register no node.
             return self.ok("no node beats in the node registry (none of `vortos run`)")
+        drivers = Counter(b.lease_driver for b in live)
+        if len(drivers) > 1:
+            usual = drivers.most_common(1)[0][0]
+            odd = [b for b in live if b.lease_driver != usual]
+            return self.fail(
+                f"the {len(live)} live node(s) hold their leases with "
+                f"{len(drivers)} different lease drivers",
+                _some([f"{b.node_id}: lease_driver {b.lease_driver}" for b in odd])
+                + f" (the others: {usual})",
+                "restart every node with one lease_driver (--lease-driver, VORTOS_LEASE_DRIVER); "
+                "a node started with another one beside live nodes is refused",
+            )
         counts = Counter(b.shards for b in live)
         # The deployment's count: the setting's if some node runs it, else the most nodes'.
         agreed = ctx.shards if ctx.shards in counts else counts.most_common(1)[0][0]

@@ -59,6 +59,13 @@ def mismatched(live: Sequence[NodeBeat], shards: int) -> list[NodeBeat]:
     return [beat for beat in live if beat.shards != shards]
 
 
+def other_drivers(live: Sequence[NodeBeat], lease_driver: str) -> list[NodeBeat]:
+    """The live nodes that hold their leases with another driver than `lease_driver`: a
+    Redis-key leader and a row leader each believe they lead (fencing keeps dispatch exactly
+    once, but leadership flips between them whenever one stalls)."""
+    return [beat for beat in live if beat.lease_driver != lease_driver]
+
+
 class Membership:
     """This node's registration and its share of the shards.
 
@@ -75,8 +82,11 @@ class Membership:
         shards: int,
         ttl_ms: int,
         on_change: Callable[[list[int], list[str]], None] | None = None,
+        *,
+        lease_driver: str = "row",
     ) -> None:
         self._registry = registry
+        self.lease_driver = lease_driver
         self._clock = clock
         self.node_id = node_id
         self.shards = shards
@@ -97,9 +107,20 @@ class Membership:
         self.live: list[str] = []
 
     def join(self) -> None:
-        """Register, unless live nodes run with another shard count (InvalidInput)."""
+        """Register, unless live nodes run with another shard count or lease driver
+        (InvalidInput)."""
         now = self._clock.now_ms()
         others = [b for b in self._registry.live(now) if b.node_id != self.node_id]
+        drivers = other_drivers(others, self.lease_driver)
+        if drivers:
+            named = ", ".join(f"{b.node_id} (lease_driver {b.lease_driver})" for b in drivers)
+            theirs = sorted({b.lease_driver for b in drivers})
+            raise InvalidInput(
+                f"this node was started with lease_driver {self.lease_driver}, but live "
+                f"node(s) {named} hold their leases another way: every node must use the same "
+                f"driver. Start this one with --lease-driver {theirs[0]}, or stop every node "
+                "and start them all with the new driver"
+            )
         wrong = mismatched(others, self.shards)
         if wrong:
             counts = sorted({b.shards for b in wrong})
@@ -141,7 +162,14 @@ class Membership:
 
     def _beat(self, now: int) -> None:
         try:
-            self._registry.beat(self.node_id, self.shards, self._started_at, now, self.ttl_ms)
+            self._registry.beat(
+                self.node_id,
+                self.shards,
+                self._started_at,
+                now,
+                self.ttl_ms,
+                lease_driver=self.lease_driver,
+            )
         except StorageError as exc:
             log.warning("node heartbeat failed (keeping shards %s): %s", sorted(self.share), exc)
             self._beaten_at = self._read_at = now  # not again before the next interval

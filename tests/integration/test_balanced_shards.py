@@ -158,3 +158,24 @@ def _nodes_finding(url: str, env: dict[str, str]) -> dict[str, str]:
     found = [f for f in json.loads(done.stdout)["findings"] if f["check_id"] == "cluster.nodes"]
     assert len(found) == 1, done.stderr
     return dict(found[0])
+
+
+def test_a_node_with_another_lease_driver_is_refused_naming_the_others(
+    url: str, reader: Reader, tmp_path: Path
+) -> None:
+    """A row-lease node beside an advisory-lease one: each would believe it leads (from the
+    attacker: leadership flipped between them and the doctor said PASS)."""
+    running = node(url, "n-row", tmp_path)
+    try:
+        wait_for(lambda: reader.one("SELECT count(*) FROM nodes") == 1, 60, "a node to register")
+        odd = node(url, "n-advisory", tmp_path, "--lease-driver", "advisory")
+        assert odd.process.wait(60) == 2, odd.log
+        said = " ".join(odd.log.split())
+        assert "started with lease_driver advisory" in said, said
+        assert "n-row (lease_driver row)" in said, said
+        assert "Start this one with --lease-driver row" in said, said
+        assert "Traceback" not in said
+        assert reader.rows("SELECT node_id, lease_driver FROM nodes") == [("n-row", "row")]
+        assert _nodes_finding(url, pg_env())["status"] == "pass"
+    finally:
+        running.terminate()

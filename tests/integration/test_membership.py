@@ -1,6 +1,7 @@
 """A node's Membership (engine.runtime.nodes) over a real SQLite store on a manual clock: its
-share as nodes join, stop and die, the refusal of another shard count, and a node of another
-count that slipped in (started at the same moment) getting no share."""
+share as nodes join, stop and die, the refusal of another shard count or lease driver, a node
+of another count that slipped in (started at the same moment) getting no share, and the
+doctor naming nodes that disagree."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from engine.backends.sqlite import SqliteBackend
 from engine.domain.audit import KeyRing
 from engine.domain.clock import ManualClock
 from engine.domain.errors import InvalidInput
+from engine.governance.cluster_checks import NodeShards
+from engine.governance.doctor import DoctorContext, Status
 from engine.runtime.nodes import Membership
 
 T0 = 1_800_000_000_000
@@ -97,3 +100,26 @@ def test_without_shards_every_node_contends_for_the_one_lease(
     assert one.wants(0)
     assert two.wants(0)
     assert [b.node_id for b in store.nodes.live(clock.now_ms())] == ["one", "two"]
+
+
+def test_a_node_of_another_lease_driver_is_refused_and_the_doctor_names_one_that_slipped_in(
+    store: SqliteBackend, clock: ManualClock
+) -> None:
+    """A row-lease node beside Redis-lease nodes: each kind believes it leads, and leadership
+    flips whenever one stalls (from the attacker: doctor said PASS)."""
+    Membership(store.nodes, clock, "r1", 1, TTL, lease_driver="redis").join()
+    with pytest.raises(
+        InvalidInput, match=r"lease_driver row, but live node\(s\) r1 \(lease_driver redis\)"
+    ):
+        Membership(store.nodes, clock, "p1", 1, TTL).join()
+    assert [b.node_id for b in store.nodes.live(clock.now_ms())] == ["r1"]
+
+    # One that slipped in (started at the same moment, or by a Vortos that does not refuse).
+    store.nodes.beat("p1", 1, T0, T0, TTL)
+    store.nodes.beat("r2", 1, T0, T0, TTL, lease_driver="redis")
+    ctx = DoctorContext(storage=store, clock=clock, db=store.path)
+    finding = NodeShards().run(ctx)
+    assert finding.status is Status.FAIL, finding
+    assert "2 different lease drivers" in finding.summary
+    assert "p1: lease_driver row" in finding.detail
+    assert "others: redis" in finding.detail

@@ -251,7 +251,12 @@ def run(
                 # Refused beside live nodes of another --shards before anything is written;
                 # on a clean stop the others share this node's shards out at their next beat.
                 membership = Membership(
-                    engine.storage.nodes, engine.clock, node, o.shards, o.lease_ttl_ms
+                    engine.storage.nodes,
+                    engine.clock,
+                    node,
+                    o.shards,
+                    o.lease_ttl_ms,
+                    lease_driver=o.lease_driver,
                 )
                 membership.join()
                 serving.callback(membership.leave)

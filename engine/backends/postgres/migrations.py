@@ -116,7 +116,8 @@ CREATE TABLE nodes (
     shards       INTEGER NOT NULL,
     started_at   BIGINT NOT NULL,
     heartbeat_at BIGINT NOT NULL,
-    expires_at   BIGINT NOT NULL
+    expires_at   BIGINT NOT NULL,
+    lease_driver TEXT NOT NULL DEFAULT 'row'
 );
 -- Room on each runs page for a run's later writes as HOT updates (see schema.sql): pages
 -- written from now on.

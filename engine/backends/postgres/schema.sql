@@ -346,5 +346,6 @@ CREATE TABLE nodes (
     shards       INTEGER NOT NULL,  -- the shard count it runs with
     started_at   BIGINT NOT NULL,
     heartbeat_at BIGINT NOT NULL,
-    expires_at   BIGINT NOT NULL    -- live until then unless it beats again
+    expires_at   BIGINT NOT NULL,   -- live until then unless it beats again
+    lease_driver TEXT NOT NULL DEFAULT 'row'  -- how it holds its leases: every node the same
 );

@@ -34,6 +34,18 @@ class NodeRegistryConformance(StorageConformance):
         storage.nodes.beat("node-a", 4, T0, T0 + 2_000, TTL)
         assert storage.nodes.live(T0 + TTL) == [NodeBeat("node-a", 4, T0, T0 + 2_000, T0 + 5_000)]
 
+    def test_a_beat_records_the_lease_driver_and_a_later_one_changes_it(
+        self, storage: Storage
+    ) -> None:
+        storage.nodes.beat("node-a", 1, T0, T0, TTL, lease_driver="redis")
+        assert [b.lease_driver for b in storage.nodes.live(T0)] == ["redis"], (
+            "beat: a node is registered with the lease driver it holds its leases with"
+        )
+        storage.nodes.beat("node-a", 1, T0, T0 + 1_000, TTL, lease_driver="advisory")
+        assert [b.lease_driver for b in storage.nodes.live(T0)] == ["advisory"]
+        storage.nodes.beat("node-b", 1, T0, T0, TTL)
+        assert storage.nodes.live(T0)[1].lease_driver == "row", "the default driver is row"
+
     def test_live_lists_the_nodes_alive_by_id(self, storage: Storage) -> None:
         for name, at in (("node-c", T0), ("node-a", T0 + 1_000), ("node-b", T0 - 2_000)):
             storage.nodes.beat(name, 2, at, at, TTL)
