@@ -2,7 +2,10 @@
 engine.backends.sql.fire_queue's).
 
 SQLite runs every call alone; here consumers on many hosts claim at once (READ COMMITTED), and
-each guarantee holds by the locks it needs. A claim:
+each guarantee holds by the locks it needs. A claim first takes, straight from the index of
+open fires (FOR UPDATE SKIP LOCKED), the fires at the head of the queue whose schedules need no
+decision (allow, active), under those schedules' shared locks (see `_take_free`); for the rest,
+when the head holds a fire whose schedule needs one, it:
 1. reads, without locks, the fires it may take and the live claims (the same two scans as on
    SQLite), and plans on them, to learn which schedules it would decide about;
 2. tries (never waits for) a transaction-scoped advisory lock on each of those schedules:
