@@ -106,9 +106,9 @@ class ConsumerDeaths(_Named):
             return self.skip("no diagnostics for this backend")
         near, recent = facts.near_death_budget, facts.abandoned_since
         if not near and not recent:
-            return self.ok("no open fire lost its consumer in the last hour")
+            return self.ok("no fire lost its consumer in the last hour")
         budget = ctx.settings.consumer_deaths if ctx.settings is not None else DEFAULT_DEATH_BUDGET
-        parts = [f"{recent} open fire(s) abandoned by a dead consumer in the last hour"]
+        parts = [f"{recent} fire(s) abandoned by a dead consumer in the last hour"]
         if near:
             parts.append(
                 f"{len(near)} near the consumer_deaths budget of {budget}: "

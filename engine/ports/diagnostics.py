@@ -43,7 +43,7 @@ class ExecutionFacts:
 
     over_limit: list[OverLimit]  # the oldest first, at most a few
     ignored_cancel: list[tuple[int, str]]  # (run id, schedule) of runs since `since`
-    abandoned_since: int  # open fires whose latest consumer died since `since`
+    abandoned_since: int  # fires (open or settled) whose latest consumer died since `since`
     near_death_budget: list[tuple[int, str, int]]  # (run id, schedule, deaths), open fires
 
 

@@ -370,9 +370,48 @@ def test_doctor_warns_of_fires_abandoned_by_dead_consumers_and_near_their_death_
             clock.advance(2)
         status, detail = finding()
         assert status is Status.WARN
-        assert "1 open fire(s) abandoned by a dead consumer in the last hour" in detail
+        assert "1 fire(s) abandoned by a dead consumer in the last hour" in detail
         assert f"run {run_id} (crashy) 8 death(s)" in detail  # the ninth is still claimed
         clock.advance(2 * 3600)  # two hours later only the budget is worth a word
         status, detail = finding()
         assert status is Status.WARN
-        assert detail.startswith("0 open fire(s) abandoned")
+        assert detail.startswith("0 fire(s) abandoned")
+
+
+def test_doctor_still_warns_once_a_fire_was_dead_lettered_for_its_deaths(
+    db_path: Path, clock: ManualClock
+) -> None:
+    """The fire a crash-looping consumer got dead-lettered a minute ago is the finding most
+    worth a warning (from the attacker: doctor said PASS, 'no open fire lost its consumer')."""
+    from engine.governance.doctor import DoctorContext, Status  # noqa: PLC0415
+    from engine.governance.execution_checks import ConsumerDeaths  # noqa: PLC0415
+
+    with open_engine(db_path, clock=clock) as engine:
+        engine.service.create(
+            ScheduleSpec(
+                name="crashy", trigger=IntervalTrigger(3600 * SECOND_MS, 0), command="noop"
+            ),
+            actor="test",
+        )
+        engine.service.pause("crashy", actor="test")
+        run_id = engine.service.trigger("crashy", actor="test").id
+        for n in range(3):  # three consumers die holding it
+            claim = engine.storage.fire_queue.claim(consumer=f"dead-{n}", ttl_ms=1_000, limit=1)
+            assert [f.run_id for f in claim.fires] == [run_id]
+            clock.advance(2)
+        consumer = engine.consumer(consumer_id="c", concurrency=1, consumer_deaths=2)
+        try:
+            for _ in range(50):
+                consumer.step()
+                if engine.storage.runs.get(run_id).state is RunState.DEAD_LETTERED:  # type: ignore[union-attr]
+                    break
+        finally:
+            consumer.stop()
+        assert engine.storage.runs.get(run_id).state is RunState.DEAD_LETTERED  # type: ignore[union-attr]
+        clock.advance(60)  # a minute later
+        ctx = DoctorContext(
+            engine.storage, engine.clock, db_path, diagnostics=engine.storage.diagnostics()
+        )
+        found = ConsumerDeaths().run(ctx)
+        assert found.status is Status.WARN, found
+        assert "1 fire(s) abandoned by a dead consumer in the last hour" in found.detail
