@@ -24,7 +24,7 @@ from typing import TypeAlias
 from engine.config import Settings
 from engine.domain.clock import Clock
 from engine.domain.database import PlainDatabase
-from engine.domain.errors import InvalidInput
+from engine.domain.errors import InvalidInput, StorageError
 from engine.domain.values import TomlValue
 from engine.ports.policy import IdentityProvider, Policy
 from engine.ports.storage import Storage
@@ -157,6 +157,10 @@ class Plugin:
         try:
             built = self.factory(context)
         except PluginError:
+            raise
+        except StorageError:
+            # An outage (a lock server down, a database restarting) is not a setting's fault:
+            # it keeps its own message and exit code, and a service may wait for it.
             raise
         except InvalidInput as exc:
             raise PluginError(f"{self.port.setting} = {self.name!r}: {exc}") from None

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from engine.domain.clock import Clock
-from engine.domain.errors import LeaseExpired, LeaseNotOwned, StorageError
+from engine.domain.errors import DatabaseUnavailable, LeaseExpired, LeaseNotOwned, StorageError
 from engine.domain.redact import redact_url as redact
 from engine.domain.redact import remember, scrub_echoes
 from engine.ports.lease import Lease
@@ -226,7 +226,8 @@ class RedisLease:
         try:
             yield
         except self._unreachable as exc:
-            raise StorageError(
+            # Down or restarting, as a database can be: a starting node waits for it.
+            raise DatabaseUnavailable(
                 f"Redis at {self.where} is not reachable ({self._said(exc)}); start Redis or "
                 "fix redis_url"
             ) from None
