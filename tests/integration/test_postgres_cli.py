@@ -202,6 +202,22 @@ def test_a_malformed_url_is_refused_with_its_form(url: str, needle: str) -> None
     assert_one_clear_line(result, needle)
 
 
+def test_the_form_survives_the_password_mask() -> None:
+    """The form shown beside a malformed URL with a password is whole (the mask read the
+    form's own `user[:password]@` as a password: `user[:***@host`)."""
+    need_postgres()
+    result = vortos("postgresql://postgres:pw@127.0.0.1:99999/test", "schedule", "list")
+    assert_one_clear_line(result, "Port out of range", "postgresql://user@host:5432/database")
+    assert "[:***" not in result.stderr
+
+
+def test_a_bad_option_in_the_url_is_named_not_the_host_or_port() -> None:
+    need_postgres()
+    result = vortos("postgresql://postgres@127.0.0.1:5432/test?sslmode=bogus", "schedule", "list")
+    assert_one_clear_line(result, 'invalid sslmode value: "bogus"', "fix that option in the URL")
+    assert "host and port" not in result.stderr
+
+
 def test_a_password_in_the_url_is_never_printed() -> None:
     need_postgres()
     result = vortos("postgresql://postgres:hunter2@127.0.0.1:1/test", "schedule", "list")

@@ -225,6 +225,10 @@ def _connect_error(message: str, where: str) -> StorageError:
         remedy = "fix the user or password in the URL (or the server's pg_hba.conf)"
     elif "translate host name" in lowered or "name or service not known" in lowered:
         remedy = "fix the host name in the URL"
+    elif lowered.startswith("invalid ") or "connection option" in lowered:
+        # libpq refusing a parameter of the URL (`invalid sslmode value`, `invalid connection
+        # option`, `invalid integer value`) before connecting: not the host, port or server.
+        remedy = "fix that option in the URL (see libpq's connection parameters)"
     else:
         remedy = (
             "check the host and port in the URL, and that the server is running and accepts "
@@ -246,6 +250,11 @@ def storage_errors(where: str) -> Iterator[None]:
         raise translate(exc, where) from None
 
 
+# Written so that the redactor, which masks whatever follows `user:` in a URL anywhere in a
+# message, leaves the form whole (`user[:password]@` was shown as `user[:***@`).
+URL_FORM = "postgresql://user@host:5432/database?options (user:password@ where it needs a password)"
+
+
 def validate_url(url: str) -> None:
     """Refuse a URL libpq would misread, before any connection is tried."""
     remember(url)  # whatever later quotes a piece of it, the password is scrubbed
@@ -255,13 +264,11 @@ def validate_url(url: str) -> None:
     except (psycopg.ProgrammingError, ValueError) as exc:
         raise StorageError(
             f"invalid PostgreSQL URL {redact(url)}: {scrub_echoes(str(exc).strip(), url)}; "
-            "the form is "
-            "postgresql://user[:password]@host[:port]/database[?options]"
+            f"the form is {URL_FORM}"
         ) from None
     if not urlsplit(url).path.strip("/"):
         raise StorageError(
-            f"invalid PostgreSQL URL {redact(url)}: it names no database; the form is "
-            "postgresql://user[:password]@host[:port]/database"
+            f"invalid PostgreSQL URL {redact(url)}: it names no database; the form is {URL_FORM}"
         )
 
 

@@ -124,7 +124,8 @@ class RedisLease:
             except ValueError as exc:
                 raise StorageError(
                     f"invalid redis_url {self.where}: {scrub_echoes(str(exc), url)}; the form is "
-                    "redis://[[user]:password@]host[:port][/db]"
+                    # Whole through the redactor, which masks what follows `user:` in a URL.
+                    "redis://host:6379/0 (user:password@ before the host where it needs one)"
                 ) from None
             try:
                 # Fail at start, with the remedy, rather than at the first election.
