@@ -21,6 +21,7 @@ from engine.domain.errors import InvalidInput
 from engine.domain.retry import RetryPolicy
 from engine.domain.schedule import (
     DEFAULT_TENANT,
+    TIMEOUT_MAX_MS,
     MisfireKind,
     MisfirePolicy,
     OverlapPolicy,
@@ -130,8 +131,12 @@ def _command_timeout(timeout: str | float | None, what: str = "@schedulable") ->
                 f"{what}(timeout={timeout!r}) is out of range: use more than 0 and at most 7d"
             )
         return validate_timeout(max(1, round(timeout * 1000)), what=f"{what}(timeout=)")
+    text = str(timeout)
+    if text.strip().startswith("-"):
+        raise InvalidInput(f"{what}(timeout={text!r}) is negative: use more than 0 and at most 7d")
     return validate_timeout(
-        parse_duration(str(timeout), what=f"{what} timeout"), what=f"{what}(timeout=)"
+        parse_duration(text, what=f"{what} timeout", longest_ms=TIMEOUT_MAX_MS),
+        what=f"{what}(timeout=)",
     )
 
 

@@ -42,6 +42,9 @@ def test_a_command_without_a_timeout_has_no_limit() -> None:
         (-1, "out of range"),
         (math.nan, "out of range"),
         ("8d", "at most 7d"),
+        # Past any duration's bound: still the time limit's bound (it said 3660d).
+        ("3661d", "at most 7d"),
+        ("-1s", "negative"),
         ("soon", "soon"),
         (True, "must be a duration"),
     ],
