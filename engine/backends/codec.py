@@ -101,7 +101,8 @@ def _misfire(text: str) -> MisfirePolicy:
 
 
 @functools.lru_cache(maxsize=1024)
-def _retry(text: str) -> RetryPolicy:
+def retry_policy_from(text: str) -> RetryPolicy:
+    """A stored retry policy (its JSON column), decoded once per distinct spelling."""
     return RetryPolicy.from_json(json.loads(text))
 
 
@@ -154,7 +155,7 @@ def _decode_schedule(row: tuple[Any, ...]) -> Schedule:
         updated_at=updated,
         pause_note=note,
         origin=ScheduleOrigin(origin),
-        retry=_retry(retry),
+        retry=retry_policy_from(retry),
         declared_paused=bool(declared_paused),
         override=None if override is None else StaticOverride.from_json(json.loads(override)),
         timeout_ms=timeout_ms,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
+from engine.domain.retry import RetryPolicy
 from engine.domain.schedule import Schedule, ScheduleStatus
 
 
@@ -17,7 +19,6 @@ class ScheduleQuery:
     tenants: frozenset[str] | None = None
     status: ScheduleStatus | None = None
     name_prefix: str | None = None
-    ids: frozenset[str] | None = None  # only these schedules (None: any)
     limit: int = 1000
     offset: int = 0
 
@@ -42,6 +43,12 @@ class ScheduleStore(Protocol):
         ...
 
     def find_by_name(self, tenant: str, name: str) -> Schedule | None: ...
+
+    def execution_limits(self, ids: Collection[str]) -> dict[str, tuple[int | None, RetryPolicy]]:
+        """{schedule id: (its timeout_ms, its retry policy)} for each of `ids` that exists, in
+        one read: what a consumer needs of the schedules of a claim's fires (the whole
+        definitions would cost a decode per fire)."""
+        ...
 
     def query(self, query: ScheduleQuery) -> list[Schedule]:
         """Schedules matching `query`, soonest `next_fire_at` first (those with none last)."""

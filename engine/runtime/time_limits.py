@@ -33,7 +33,7 @@ from engine.domain.errors import StorageError
 from engine.domain.retry import RetryPolicy
 from engine.domain.timeutil import format_duration
 from engine.ports.fire_queue import Fire
-from engine.ports.schedules import ScheduleQuery, ScheduleStore
+from engine.ports.schedules import ScheduleStore
 
 log = logging.getLogger("vortos.consumer")
 
@@ -104,13 +104,12 @@ class TimeLimits:
         if not stale:
             return
         try:
-            found = self._schedules.query(ScheduleQuery(ids=frozenset(stale), limit=len(stale)))
+            found = self._schedules.execution_limits(stale)
         except StorageError:
             return  # each is asked again, one by one, by limit_ms (the last one known kept)
-        for schedule in found:
-            seen[schedule.id] = (now, schedule.timeout_ms, schedule.retry)
-        for gone in stale - {s.id for s in found}:
-            seen[gone] = (now, None, RetryPolicy())
+        for sid in stale:
+            timeout_ms, retry = found.get(sid, (None, RetryPolicy()))
+            seen[sid] = (now, timeout_ms, retry)
 
     def limit_ms(self, fire: Fire, command_limit_ms: int | None) -> int | None:
         """The limit of a run of `fire`: its schedule's, else its command's, else None."""

@@ -1,6 +1,7 @@
 """What a consumer reads of the schedules to run a claim, counted (not timed): the time limits
-and retry policies of a claim's fires cost one read of the schedules for the whole claim,
-however many schedules its fires belong to, and none while they were read lately.
+and retry policies of a claim's fires cost one narrow read (execution_limits: no definition
+decoded) for the whole claim, however many schedules its fires belong to, and none while they
+were read lately.
 
 A read per schedule put a round trip per fire on the consume path as soon as fires came from
 many schedules (the benches' one-schedule backlog hid it)."""
@@ -15,7 +16,7 @@ from engine.api import Engine
 from engine.domain.clock import ManualClock
 from engine.domain.timeutil import SECOND_MS
 from engine.ports import RunQuery
-from engine.ports.schedules import ScheduleQuery, ScheduleStore
+from engine.ports.schedules import ScheduleStore
 
 SCHEDULES = 40
 
@@ -26,15 +27,15 @@ class CountingReads:
     def __init__(self, store: ScheduleStore) -> None:
         self._store = store
         self.gets = 0
-        self.queries: list[ScheduleQuery] = []
+        self.queries: list[frozenset[str]] = []
 
     def get(self, schedule_id: str, tenant: str | None = None) -> Any:
         self.gets += 1
         return self._store.get(schedule_id, tenant)
 
-    def query(self, query: ScheduleQuery) -> Any:
-        self.queries.append(query)
-        return self._store.query(query)
+    def execution_limits(self, ids: Any) -> Any:
+        self.queries.append(frozenset(ids))
+        return self._store.execution_limits(ids)
 
 
 def due_fires(engine: Engine, clock: ManualClock) -> None:
@@ -76,8 +77,7 @@ def test_a_claim_of_fires_of_many_schedules_reads_the_schedules_once(
             assert len(consumer._inflight) == SCHEDULES
             assert reads.gets == 0
             assert len(reads.queries) == 1
-            assert reads.queries[0].ids is not None
-            assert len(reads.queries[0].ids) == SCHEDULES
+            assert len(reads.queries[0]) == SCHEDULES
             # Their limits were read with them: the two limited runs are watched.
             limits = [item.limit_ms for item in consumer._inflight.values()]
             assert sorted(limits, key=str) == [30 * SECOND_MS] * 2 + [None] * (SCHEDULES - 2)

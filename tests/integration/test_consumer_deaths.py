@@ -4,6 +4,7 @@ consumer_deaths), and neither do reschedules nor a consumer's graceful release a
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -176,7 +177,7 @@ def _kill_under_three_attempts(engine: Engine, db: Path, app_dir: Path, journal:
         consumer = Consumer(db, app_dir, journal, f"doomed-{n}")
         try:
             wait_for(
-                lambda n=n: f"start {n}" in _starts(journal),
+                functools.partial(lambda k: f"start {k}" in _starts(journal), n),
                 timeout=WAIT_S,
                 what=f"attempt {n} to start",
             )

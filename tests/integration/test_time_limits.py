@@ -28,11 +28,13 @@ from engine import (
 )
 from engine.commands.context import FireContext
 from engine.domain.retry import RetryPolicy
+from engine.domain.run import Run
 from engine.domain.timeutil import SECOND_MS
 from engine.governance.doctor import DoctorContext, Finding, Status
 from engine.governance.execution_checks import CommandsIgnoringCancel, RunsOverLimit
 from engine.observability.metrics import PrometheusMetrics
 from engine.ports import RunQuery
+from engine.ports.fire_queue import Fire
 from engine.runtime.consumer import FireQueueConsumer
 from engine.runtime.executor import IGNORED_CANCEL, CancelReason
 from engine.runtime.time_limits import CANCEL_GRACE_MS
@@ -85,7 +87,7 @@ def _schedule(engine: Engine, command: str, *, timeout_ms: int, attempts: int) -
     engine.service.pause(command, actor="test")  # only the fires triggered here run
 
 
-def _only_run(engine: Engine) -> object:
+def _only_run(engine: Engine) -> Run:
     (run,) = engine.service.runs(RunQuery())
     return run
 
@@ -259,7 +261,7 @@ def test_a_hung_command_with_a_2s_limit_ends_timed_out_and_the_next_slot_runs(
         env={"VORTOS_APP": "hang_app", "PYTHONPATH": os.pathsep.join([str(folder), os.getcwd()])},
     )
 
-    def runs() -> list[object]:
+    def runs() -> list[Run]:
         return sorted(engine.service.runs(RunQuery(limit=50)), key=lambda r: r.slot_at)
 
     try:
@@ -323,9 +325,8 @@ def test_the_schedules_own_timeout_overrides_the_commands_and_a_static_one_is_st
         assert limit("plain", None) is None
 
 
-def _fire_of(schedule_id: str) -> object:
+def _fire_of(schedule_id: str) -> Fire:
     from engine.domain.run import RunKind  # noqa: PLC0415
-    from engine.ports.fire_queue import Fire  # noqa: PLC0415
 
     return Fire(
         run_id=1,

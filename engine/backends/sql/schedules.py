@@ -4,12 +4,13 @@ PostgreSQL's conditional statements) stays in each backend."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Generic, TypeVar
 
-from engine.backends.codec import SCHEDULE_COLUMNS, schedule_from_row
+from engine.backends.codec import SCHEDULE_COLUMNS, retry_policy_from, schedule_from_row
 from engine.backends.sql import Dialect, SqlPool, Where, count, first
 from engine.domain.errors import DuplicateName, NotFound, StaleVersion
+from engine.domain.retry import RetryPolicy
 from engine.domain.schedule import Schedule
 from engine.ports.schedules import ScheduleQuery
 
@@ -48,8 +49,6 @@ def schedule_query_sql(query: ScheduleQuery, dialect: Dialect) -> tuple[str, lis
     if query.name_prefix:
         condition, args = dialect.starts_with("name", query.name_prefix)
         where.add(condition, *args)
-    if query.ids is not None:
-        where.add(dialect.one_of("id", dialect.mark, "text"), dialect.bind_list(sorted(query.ids)))
     text = dialect.byte_order
     m = dialect.mark
     sql = (
@@ -78,6 +77,19 @@ class SqlScheduleStore(Generic[P]):
     def query(self, query: ScheduleQuery) -> list[Schedule]:
         sql, args = schedule_query_sql(query, self._pool.dialect)
         return [schedule_from_row(r) for r in self._pool.read(sql, args)]
+
+    def execution_limits(self, ids: Collection[str]) -> dict[str, tuple[int | None, RetryPolicy]]:
+        if not ids:
+            return {}
+        d = self._pool.dialect
+        rows = self._pool.read(
+            f"SELECT id, timeout_ms, retry FROM schedules WHERE {d.one_of('id', d.mark, 'text')}",
+            (d.bind_list(sorted(ids)),),
+        )
+        return {
+            str(sid): (None if timeout is None else int(timeout), retry_policy_from(str(retry)))
+            for sid, timeout, retry in rows
+        }
 
     def count(self, tenant: str | None = None) -> int:
         return count(self._pool, "schedules", "tenant", tenant)

@@ -23,6 +23,7 @@ from engine import (
     StaleVersion,
     Trigger,
 )
+from engine.domain.retry import RetryPolicy
 from engine.domain.timeutil import HOUR_MS, MINUTE_MS, SECOND_MS, parse_instant
 from engine.ports.schedules import ScheduleQuery
 from engine.ports.storage import Storage
@@ -451,19 +452,26 @@ class ScheduleStoreConformance(StorageConformance):
         assert storage.schedules.query(ScheduleQuery(status=ScheduleStatus.ACTIVE)) == [active]
         assert storage.schedules.query(ScheduleQuery(status=ScheduleStatus.PAUSED)) == [paused]
 
-    def test_query_by_ids_returns_only_those_schedules(self, storage: Storage) -> None:
-        wanted = [stored_schedule(storage, f"job-{n}", tenant="acme") for n in range(3)]
-        stored_schedule(storage, "job-x", tenant="acme")
-        other = stored_schedule(storage, "job-0", tenant="globex")
-        ids = frozenset({wanted[0].id, wanted[2].id, other.id, "no-such-id"})
+    def test_execution_limits_give_each_existing_schedules_timeout_and_retry(
+        self, storage: Storage
+    ) -> None:
+        limited = stored_schedule(
+            storage,
+            "limited",
+            tenant="acme",
+            timeout_ms=30_000,
+            retry=RetryPolicy(max_attempts=5, backoff_ms=2_000, backoff_cap_ms=60_000),
+        )
+        plain = stored_schedule(storage, "plain", tenant="globex")
+        stored_schedule(storage, "other", tenant="acme")
 
-        found = storage.schedules.query(ScheduleQuery(ids=ids))
+        found = storage.schedules.execution_limits([limited.id, plain.id, "no-such-id"])
 
-        assert {s.id for s in found} == {wanted[0].id, wanted[2].id, other.id}
-        assert storage.schedules.query(ScheduleQuery(ids=frozenset())) == []
-        assert storage.schedules.query(ScheduleQuery(tenant="acme", ids=ids)) == [
-            s for s in found if s.tenant == "acme"
-        ]
+        assert found == {
+            limited.id: (30_000, limited.retry),
+            plain.id: (None, plain.retry),
+        }, "execution_limits: each existing schedule's timeout_ms and retry policy, any tenant"
+        assert storage.schedules.execution_limits([]) == {}
 
     def test_query_without_a_status_includes_every_status(self, storage: Storage) -> None:
         for status in ScheduleStatus:
