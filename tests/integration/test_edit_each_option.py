@@ -97,6 +97,7 @@ OPTIONS = {
         SchedulePatch(backoff_cap_ms=600_000),
         ("retry.backoff_cap_ms",),
     ),
+    "timeout": Option(("--timeout", "45s"), SchedulePatch(timeout_ms=45_000), ("timeout_ms",)),
 }
 
 BASE = ScheduleSpec(

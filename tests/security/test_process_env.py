@@ -416,10 +416,14 @@ def test_a_cwd_inside_the_allowed_directory_runs_there(site: Site) -> None:
 # --- what the child gets -----------------------------------------------------------------------
 
 
+IDEMPOTENCY_KEY = "VORTOS_IDEMPOTENCY_KEY"
+
+
 def test_the_child_gets_none_of_the_services_environment(site: Site) -> None:
-    """Promise: a process child's environment is the minimal base (PATH, LANG, HOME, TZ) and
-    the payload's allowed variables, never the service's own: no VORTOS_* variable, no audit
-    key, no database password, read back from the run's output tail in the ledger."""
+    """Promise: a process child's environment is the minimal base (PATH, LANG, HOME, TZ), the
+    fire's idempotency key and the payload's allowed variables, never the service's own: no
+    other VORTOS_* variable, no audit key, no database password, read back from the run's
+    output tail in the ledger."""
     added = site.add("printenv", {"argv": [ENV], "env": {ALLOWED_NAME: "s3://bucket/nightly"}})
     assert added.returncode == 0, added.stderr
     assert site.cli("schedule", "trigger", "printenv").returncode == 0
@@ -428,10 +432,12 @@ def test_the_child_gets_none_of_the_services_environment(site: Site) -> None:
     assert output is not None
     lines = [line for line in output.splitlines() if not line.startswith("--- stdout")]
     seen = dict(line.split("=", 1) for line in lines)
-    assert set(seen) <= {"PATH", "LANG", "HOME", "TZ", ALLOWED_NAME}, seen
+    # The one variable Vortos sets itself: the fire's idempotency key (its slot key).
+    assert set(seen) <= {"PATH", "LANG", "HOME", "TZ", ALLOWED_NAME, IDEMPOTENCY_KEY}, seen
     assert seen["PATH"] == "/usr/local/bin:/usr/bin:/bin"
     assert seen[ALLOWED_NAME] == "s3://bucket/nightly"
-    assert "VORTOS_" not in output
+    assert "@manual:" in seen[IDEMPOTENCY_KEY], seen  # a trigger's slot key: SCHEDULE@manual:...
+    assert "VORTOS_" not in output.replace(f"{IDEMPOTENCY_KEY}=", "")
     assert AUDIT_KEY not in output
     assert DB_PASSWORD not in output
     assert "DATABASE_URL" not in output
