@@ -115,6 +115,23 @@ class Site:
                 ).fetchall(),
             )
 
+    def wait_for_static_sync(self) -> None:
+        """Until the built-in static schedules (retention, anchors) are stored."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            with sqlite3.connect(self.served.db) as db:
+                names = {
+                    r[0]
+                    for r in db.execute(
+                        "SELECT name FROM schedules WHERE tenant = 'system' AND origin = 'static'"
+                    )
+                }
+            if {"vortos.prune", "vortos.audit-anchor"} <= names:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"the service never synced its static schedules: {sorted(names)}")
+            time.sleep(0.05)
+
     def runs(self, name: str) -> list[Any]:
         with sqlite3.connect(self.served.db) as db:
             return db.execute("SELECT * FROM runs WHERE schedule_name = ?", (name,)).fetchall()
@@ -172,7 +189,11 @@ def site() -> Iterator[Site]:
             with deployment(
                 made, _seed(made), run_args=("--consumers", "2"), env=service_env
             ) as served:
-                yield Site(made, served, jobs)
+                site = Site(made, served, jobs)
+                # The service answers on its socket before its start-up sync has written the
+                # built-in static schedules: a test's "before" taken in between saw none.
+                site.wait_for_static_sync()
+                yield site
     finally:
         shutil.rmtree(jobs, ignore_errors=True)
 
