@@ -32,20 +32,33 @@ def _facts(ctx: DoctorContext) -> ExecutionFacts | None:
     )
 
 
-class RunsOverLimit(_Named):
+class _ExecutionCheck(_Named):
+    """A check judging the execution facts: reads them (a failing read fails the check, a
+    backend without diagnostics skips it) and hands them to `judge`."""
+
+    unreadable = "the runs cannot be read"
+
+    def run(self, ctx: DoctorContext) -> Finding:
+        try:
+            facts = _facts(ctx)
+        except VortosError as exc:
+            return self.fail(self.unreadable, str(exc), "check storage")
+        if facts is None:
+            return self.skip("no diagnostics for this backend")
+        return self.judge(ctx, facts)
+
+    def judge(self, ctx: DoctorContext, facts: ExecutionFacts) -> Finding:
+        raise NotImplementedError
+
+
+class RunsOverLimit(_ExecutionCheck):
     """No run is still running past its schedule's time limit (its consumer's watchdog should
     have stopped it: that consumer is gone, frozen, or predates time limits)."""
 
     def __init__(self) -> None:
         super().__init__("runs.over_limit")
 
-    def run(self, ctx: DoctorContext) -> Finding:
-        try:
-            facts = _facts(ctx)
-        except VortosError as exc:
-            return self.fail("the runs cannot be read", str(exc), "check storage")
-        if facts is None:
-            return self.skip("no diagnostics for this backend")
+    def judge(self, ctx: DoctorContext, facts: ExecutionFacts) -> Finding:
         if not facts.over_limit:
             return self.ok("no run is running past its time limit")
         now = ctx.clock.now_ms()
@@ -64,20 +77,14 @@ class RunsOverLimit(_Named):
         )
 
 
-class CommandsIgnoringCancel(_Named):
+class CommandsIgnoringCancel(_ExecutionCheck):
     """No command ignored the request to stop at its time limit in the last hour: such a
     command keeps a consumer's worker thread busy (a Python thread cannot be killed)."""
 
     def __init__(self) -> None:
         super().__init__("runs.ignored_cancel")
 
-    def run(self, ctx: DoctorContext) -> Finding:
-        try:
-            facts = _facts(ctx)
-        except VortosError as exc:
-            return self.fail("the runs cannot be read", str(exc), "check storage")
-        if facts is None:
-            return self.skip("no diagnostics for this backend")
+    def judge(self, ctx: DoctorContext, facts: ExecutionFacts) -> Finding:
         if not facts.ignored_cancel:
             return self.ok("no command ignored its cancellation in the last hour")
         return self.warn(
@@ -90,20 +97,16 @@ class CommandsIgnoringCancel(_Named):
         )
 
 
-class ConsumerDeaths(_Named):
+class ConsumerDeaths(_ExecutionCheck):
     """Consumers do not keep dying under fires: fires abandoned by a dead consumer in the last
     hour, and fires near their consumer_deaths budget (then dead-lettered)."""
 
     def __init__(self) -> None:
         super().__init__("consumers.deaths")
 
-    def run(self, ctx: DoctorContext) -> Finding:
-        try:
-            facts = _facts(ctx)
-        except VortosError as exc:
-            return self.fail("the fire queue cannot be read", str(exc), "check storage")
-        if facts is None:
-            return self.skip("no diagnostics for this backend")
+    unreadable = "the fire queue cannot be read"
+
+    def judge(self, ctx: DoctorContext, facts: ExecutionFacts) -> Finding:
         near, recent = facts.near_death_budget, facts.abandoned_since
         if not near and not recent:
             return self.ok("no fire lost its consumer in the last hour")
